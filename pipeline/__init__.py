@@ -1,0 +1,1 @@
+"""An English→German Transformer (Vaswani et al. 2017) and the pipeline that trains it on Multi30k."""

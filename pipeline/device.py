@@ -1,0 +1,54 @@
+"""Device and precision choice.
+
+bf16 autocast is used on CUDA, and on a CPU with native bf16 matrix units (Intel AMX,
+`amx_bf16` in /proc/cpuinfo): measured on this project's default model on a 2-core AMX
+machine, a training step ran 1.3x faster in bf16 than in fp32 (see bench/). Elsewhere fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda when available, else cpu."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def cpu_has_amx() -> bool:
+    """True when the CPU advertises AMX bf16 tiles (Linux /proc/cpuinfo)."""
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def use_bf16(device: torch.device, precision: str = "auto") -> bool:
+    """Resolve the `precision` param ('auto' | 'fp32' | 'bf16') for `device`."""
+    if precision != "auto":
+        return precision == "bf16"
+    return device.type == "cuda" or cpu_has_amx()
+
+
+def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on `device` when enabled, else a no-op context."""
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def setup(device_name: str, precision: str, threads: int | None) -> tuple[torch.device, bool]:
+    """Pick the device and precision, and set CPU threads (default: all cores).
+
+    Denormals are flushed to zero: fp32 matmuls on tiny values are otherwise many times slower.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    device = pick_device(device_name)
+    return device, use_bf16(device, precision)

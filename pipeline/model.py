@@ -1,0 +1,301 @@
+"""The Transformer of Vaswani et al. 2017 ("Attention Is All You Need"), from scratch.
+
+Shapes use one set of letters: B batch, S source length, T target length, D d_model,
+H heads, E = D / H head size, V vocabulary. Everything is batch-first.
+
+Mask convention (everywhere in this file): a boolean mask is True where attention is
+ALLOWED. `src_mask` is `[B, S]`, True at real (non-pad) source tokens.
+
+Target padding needs no mask of its own: pads sit at the end of a target and the causal
+mask already stops every real position from seeing a later one (pad or not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipeline.config import ModelConfig
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """Scaled dot-product attention, softmax(Q Kᵀ / √E) V (§3.2.1, eq. 1), fused kernel.
+
+    Args:
+        q: `[B, H, T, E]`; k, v: `[B, H, S, E]`.
+        mask: boolean, broadcastable to `[B, H, T, S]`, True = may attend; None = all.
+    Returns:
+        `[B, H, T, E]`. Equals `attention_explicit` (tests/test_model.py checks it).
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def attention_explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The same math written out; also returns the weights `[B, H, T, S]` (rows sum to 1).
+
+    Masked scores get the dtype's lowest finite value, not -inf, and a fully masked row
+    gets all-zero weights (output 0, as the fused kernel gives) instead of NaN.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def sinusoid_positions(positions: Tensor, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(·) (§3.5), for any positions.
+
+    Args:
+        positions: `[T]` integer positions. Returns `[T, D]` float32.
+    """
+    i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    angles = positions.float()[:, None] / torch.pow(10000.0, i / d_model)[None, :]
+    pe = torch.zeros(len(positions), d_model, device=positions.device)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2): H heads of size E = D / H, then an output projection.
+
+    Self-attention projects Q, K, V with one fused `[D, 3D]` matrix; cross-attention
+    projects Q from the decoder and K, V (one `[D, 2D]` matrix) from the encoder memory.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads, self.dropout, self.cross = n_heads, dropout, cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """`[B, L, D]` -> `[B, H, L, E]`."""
+        b, length, d = x.shape
+        return x.view(b, length, self.n_heads, d // self.n_heads).transpose(1, 2)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of the memory `[B, S, D]` -> two `[B, H, S, E]`."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention queries, keys, values of `[B, L, D]` -> three `[B, H, L, E]`."""
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def merge(self, heads: Tensor) -> Tensor:
+        """`[B, H, L, E]` -> output projection of the concatenated heads `[B, L, D]`."""
+        b, _, length, _ = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(b, length, -1))
+
+    def forward(self, x: Tensor, mask: Tensor | None, kv: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """Attend from `x` `[B, T, D]`; `kv` are projected memory keys/values (cross) or None (self).
+
+        `mask` broadcasts to `[B, H, T, S]` (True = attend). Returns `[B, T, D]`.
+        """
+        if self.cross:
+            q = self.split_heads(self.q_proj(x))
+            k, v = kv
+        else:
+            q, k, v = self.project_qkv(x)
+        p = self.dropout if self.training else 0.0
+        return self.merge(attention(q, k, v, mask, p))
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, eq. 2): `[B, L, D]` -> `[B, L, D]`."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.w1, self.w2, self.dropout = (
+            nn.Linear(d_model, d_ff),
+            nn.Linear(d_ff, d_model),
+            nn.Dropout(dropout),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(F.relu(self.w1(x))))
+
+
+class Residual(nn.Module):
+    """A sublayer with residual and layer norm (§5.4 dropout): post-norm LN(x + Drop(f(x))) as in
+    the paper, or pre-norm x + Drop(f(LN(x))) (Wang et al. 2019)."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in `Residual` (§3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=False)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res1, self.res2 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x `[B, S, D]`, mask `[B, 1, 1, S]` -> `[B, S, D]`."""
+        x = self.res1(x, lambda h: self.self_attn(h, mask))
+        return self.res2(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the memory, FFN (§3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=False)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res1, self.res2, self.res3 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
+
+    def forward(
+        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], causal: Tensor, src_mask: Tensor
+    ) -> Tensor:
+        """x `[B, T, D]`, causal `[T, T]`, src_mask `[B, 1, 1, S]` -> `[B, T, D]`."""
+        x = self.res1(x, lambda h: self.self_attn(h, causal))
+        x = self.res2(x, lambda h: self.cross_attn(h, src_mask, memory_kv))
+        return self.res3(x, self.ffn)
+
+    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor) -> Tensor:
+        """One new position x `[B, 1, D]`: appends its keys/values to `cache`, returns `[B, 1, D]`."""
+
+        def self_attn(h: Tensor) -> Tensor:
+            q, k, v = self.self_attn.project_qkv(h)
+            cache.self_k = k if cache.self_k is None else torch.cat([cache.self_k, k], dim=2)
+            cache.self_v = v if cache.self_v is None else torch.cat([cache.self_v, v], dim=2)
+            return self.self_attn.merge(attention(q, cache.self_k, cache.self_v, None))
+
+        x = self.res1(x, self_attn)
+        x = self.res2(x, lambda h: self.cross_attn(h, src_mask, (cache.memory_k, cache.memory_v)))
+        return self.res3(x, self.ffn)
+
+
+@dataclass
+class LayerCache:
+    """Per decoder layer: projected memory keys/values `[B, H, S, E]` and the self-attention
+    keys/values of the positions decoded so far `[B, H, t, E]`."""
+
+    memory_k: Tensor
+    memory_v: Tensor
+    self_k: Tensor | None = None
+    self_v: Tensor | None = None
+
+
+@dataclass
+class DecoderCache:
+    """State for incremental decoding (`Transformer.decode_step`)."""
+
+    layers: list[LayerCache]
+    src_mask: Tensor  # [B, 1, 1, S]
+    position: int = 0  # index of the next target position
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows `index` `[B']` (beam search reordering), in place."""
+        self.src_mask = self.src_mask.index_select(0, index)
+        for c in self.layers:
+            c.memory_k, c.memory_v = c.memory_k.index_select(0, index), c.memory_v.index_select(0, index)
+            if c.self_k is not None:
+                c.self_k, c.self_v = c.self_k.index_select(0, index), c.self_v.index_select(0, index)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer over one joint vocabulary (shared source/target ids)."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int) -> None:
+        super().__init__()
+        self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
+        self.tgt_embed = (
+            self.src_embed if cfg.tie_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
+        )
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out_proj = None if cfg.tie_embeddings else nn.Linear(d, vocab_size, bias=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
+            nn.init.zeros_(emb.weight[self.pad_id])
+
+    def embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
+        """Token embedding × √D plus sinusoidal positions (§3.4, §3.5): `[B, L]` -> `[B, L, D]`."""
+        positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
+        x = embedding(ids) * math.sqrt(self.cfg.d_model) + sinusoid_positions(positions, self.cfg.d_model)
+        return self.dropout(x)
+
+    def encode(self, src: Tensor) -> Tensor:
+        """src `[B, S]` token ids -> memory `[B, S, D]`."""
+        mask = (src != self.pad_id)[:, None, None, :]
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x)
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Decoder states `[B, T, D]` -> vocabulary logits `[B, T, V]` (tied or own projection)."""
+        x = self.dec_norm(x)
+        return x @ self.tgt_embed.weight.t() if self.out_proj is None else self.out_proj(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        """Teacher-forced decoder: tgt_in `[B, T]` (starts with bos), memory `[B, S, D]`,
+        src `[B, S]` (for its padding mask) -> logits `[B, T, V]`."""
+        t = tgt_in.size(1)
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()
+        src_mask = (src != self.pad_id)[:, None, None, :]
+        x = self.embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder:
+            x = layer(x, layer.cross_attn.project_kv(memory), causal, src_mask)
+        return self.logits(x)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`."""
+        return self.decode(tgt_in, self.encode(src), src)
+
+    def init_cache(self, memory: Tensor, src: Tensor) -> DecoderCache:
+        """Project the memory `[B, S, D]` once per layer for `decode_step`."""
+        layers = [LayerCache(*layer.cross_attn.project_kv(memory)) for layer in self.decoder]
+        return DecoderCache(layers, (src != self.pad_id)[:, None, None, :])
+
+    def decode_step(self, tgt_last: Tensor, cache: DecoderCache) -> Tensor:
+        """Incremental decoding: the newest token ids `[B]` -> next-token logits `[B, V]`.
+
+        Tokens before it are not recomputed: their keys/values live in `cache`, which is
+        updated in place.
+        """
+        x = self.embed(self.tgt_embed, tgt_last[:, None], offset=cache.position)
+        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
+            x = layer.step(x, layer_cache, cache.src_mask)
+        cache.position += 1
+        return self.logits(x)[:, 0]

@@ -1,0 +1,340 @@
+"""The training loop shared by `warmup_train` and `train`.
+
+Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule
+(Vaswani et al. 2017, §5.3), gradient clipping and accumulation, bf16 autocast where it
+pays, periodic validation, atomic `last.pt`/`best.pt`, exact resume, early stopping,
+wall-clock and step budgets, and averaging of the last N checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+from pipeline import checkpoint
+from pipeline.batching import Pair, collate, make_batches
+from pipeline.config import OptimConfig
+from pipeline.device import autocast
+from pipeline.errors import PipelineError
+from pipeline.io import atomic_path
+from pipeline.model import Transformer
+from pipeline.tracking import NullTracker, Tracker
+
+Validate = Callable[[Transformer], dict[str, float]]  # -> {"val_loss": ..., "<score name>": ...}
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
+    """Summed label-smoothed cross-entropy over non-pad targets (Szegedy et al. 2016; §5.4).
+
+    The true class gets 1 - ε + ε/V, every other class ε/V. Args: logits `[N, V]`
+    (any float dtype, computed in fp32), target `[N]`. Returns a scalar (nats).
+    """
+    return F.cross_entropy(
+        logits.float(), target, ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
+    )
+
+
+def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
+    """lr = peak · min(step / warmup, √(warmup / step)): §5.3's schedule, scaled to peak at warmup."""
+    step = max(step, 1)
+    return peak_lr * min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint so a resumed run continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already consumed
+    wall_seconds: float = 0.0
+    best_score: float = -math.inf
+    bad_validations: int = 0  # validations since the best
+    log: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # step checkpoints kept for averaging
+
+
+@dataclass
+class Trainer:
+    """Trains `model` on `pairs` (piece ids without specials) and writes checkpoints to `out_dir`.
+
+    `score_name` is the validation key that selects `best.pt` (higher is better).
+    `fingerprint` identifies the run's inputs; `last.pt` resumes only when it matches.
+    """
+
+    model: Transformer
+    pairs: list[Pair]
+    validate: Validate
+    cfg: OptimConfig
+    out_dir: Path
+    log_path: Path
+    bos_id: int
+    eos_id: int
+    score_name: str
+    fingerprint: str
+    meta: dict  # extra keys stored in every checkpoint (e.g. vocab_size)
+    device: torch.device = torch.device("cpu")
+    use_bf16: bool = False
+    tracker: Tracker = field(default_factory=NullTracker)
+
+    def __post_init__(self) -> None:
+        self.model.to(self.device)
+        cfg = self.cfg
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: inverse_sqrt_lr(s + 1, 1.0, cfg.warmup_steps)
+        )
+        self.progress = Progress()
+        self._order: tuple[int, list[list[int]]] = (-1, [])
+
+    # ---- checkpoints -------------------------------------------------------------
+    def state(self) -> dict:
+        return {
+            **self.meta,
+            "model": self.model.state_dict(),
+            "model_cfg": self.model.cfg.model_dump(),
+            "vocab_size": self.model.vocab_size,
+            "pad_id": self.model.pad_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+            "progress": self.progress.__dict__,
+            "fingerprint": self.fingerprint,
+        }
+
+    def save(self, name: str) -> Path:
+        path = self.out_dir / name
+        checkpoint.save(path, self.state())
+        self.tracker.log_artifact(path, "checkpoints")
+        return path
+
+    def try_resume(self) -> bool:
+        """Restore everything from `last.pt` when it exists and belongs to this run's inputs."""
+        path = self.out_dir / "last.pt"
+        if not path.exists():
+            return False
+        state = checkpoint.load(path)
+        if state.get("fingerprint") != self.fingerprint:
+            print(f"{path}: from a different configuration or data; starting afresh")
+            return False
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        self.progress = Progress(**state["progress"])
+        print(f"resuming from {path} at step {self.progress.step}")
+        return True
+
+    def keep_for_averaging(self) -> None:
+        """Save `step<N>.pt` and drop the oldest beyond `average_last`."""
+        name = f"step{self.progress.step:07d}.pt"
+        checkpoint.save(self.out_dir / name, self.state())
+        kept = self.progress.kept + [name]
+        for old in kept[: -self.cfg.average_last]:
+            (self.out_dir / old).unlink(missing_ok=True)
+        self.progress.kept = kept[-self.cfg.average_last :]
+
+    # ---- one step ----------------------------------------------------------------
+    def micro_batch_loss(self, batch: list[int]) -> tuple[Tensor, int]:
+        src, tgt_in, tgt_out = (
+            t.to(self.device)
+            for t in collate([self.pairs[i] for i in batch], self.model.pad_id, self.bos_id, self.eos_id)
+        )
+        with autocast(self.device, self.use_bf16):
+            logits = self.model(src, tgt_in)
+        loss = label_smoothed_loss(
+            logits.flatten(0, 1), tgt_out.flatten(), self.model.pad_id, self.cfg.label_smoothing
+        )
+        return loss, int((tgt_out != self.model.pad_id).sum())
+
+    def train_step(self, batches: list[list[int]]) -> tuple[float, int]:
+        """One optimizer step over `accum_steps` micro-batches. Returns (loss per token, tokens)."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        n_tokens = sum(int(sum(len(self.pairs[i][1]) + 1 for i in b)) for b in batches)
+        total = 0.0
+        for batch in batches:
+            loss, _ = self.micro_batch_loss(batch)
+            (loss / n_tokens).backward()
+            total += loss.item()
+        if not math.isfinite(total):
+            raise PipelineError(
+                f"train: loss is {total} at step {self.progress.step + 1}; "
+                f"stopped, last good checkpoint kept in {self.out_dir / 'last.pt'}"
+            )
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return total / n_tokens, n_tokens
+
+    # ---- the loop ----------------------------------------------------------------
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The seeded batch order of `epoch` (computed once per epoch)."""
+        if self._order[0] != epoch:
+            self._order = (epoch, make_batches(self.pairs, self.cfg.max_tokens, self.cfg.seed, epoch))
+        return self._order[1]
+
+    def next_batches(self) -> list[list[int]]:
+        """The next `accum_steps` batches in the seeded order, crossing epochs."""
+        p, out = self.progress, []
+        while len(out) < self.cfg.accum_steps:
+            order = self.epoch_batches(p.epoch)
+            if p.batch_in_epoch >= len(order):
+                p.epoch, p.batch_in_epoch = p.epoch + 1, 0
+                continue
+            out.append(order[p.batch_in_epoch])
+            p.batch_in_epoch += 1
+        return out
+
+    def budget_left(self, started: float) -> bool:
+        p = self.progress
+        return (
+            p.step < self.cfg.max_steps and p.wall_seconds + time.time() - started < self.cfg.max_minutes * 60
+        )
+
+    def run(self) -> Progress:
+        """Train until a budget runs out or patience is exhausted; returns the final progress."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not self.try_resume():
+            seed_everything(self.cfg.seed)
+        p, started, window = self.progress, time.time() - self.progress.wall_seconds, _Window()
+        bar = tqdm(initial=p.step, total=self.cfg.max_steps, desc="train", mininterval=2, dynamic_ncols=True)
+        while self.budget_left(started - 0) and p.bad_validations < self.cfg.patience:
+            loss, n_tokens = self.train_step(self.next_batches())
+            p.step += 1
+            window.add(loss, n_tokens)
+            lr = self.scheduler.get_last_lr()[0]
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window.tokens_per_second():.0f}")
+            if p.step % 50 == 0:
+                self.tracker.log_metrics(
+                    {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()},
+                    p.step,
+                )
+            if p.step % self.cfg.val_every == 0:
+                p.wall_seconds = time.time() - started
+                self.validation(window, lr)
+        bar.close()
+        if p.step % self.cfg.val_every:  # validate the final weights too
+            p.wall_seconds = time.time() - started
+            self.validation(_Window() if window.empty() else window, self.scheduler.get_last_lr()[0])
+        return p
+
+    def validation(self, window: _Window, lr: float) -> None:
+        p = self.progress
+        metrics = self.validate(self.model)
+        score = metrics[self.score_name]
+        row = {"step": p.step, "epoch": p.epoch, "train_loss": window.loss(), **metrics, "lr": lr}
+        row |= {"tokens_per_s": window.tokens_per_second(), "wall_seconds": round(p.wall_seconds, 1)}
+        p.log.append(row)
+        self.tracker.log_metrics({k: v for k, v in metrics.items()}, p.step)
+        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        if score > p.best_score:
+            p.best_score, p.bad_validations = score, 0
+            self.save("best.pt")
+        else:
+            p.bad_validations += 1
+        self.keep_for_averaging()
+        self.save("last.pt")
+        write_log(p.log, self.log_path)
+        window.reset()
+
+
+class _Window:
+    """Running train loss and throughput since the last validation."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.tokens, self.started = 0.0, 0, time.time()
+
+    def add(self, loss_per_token: float, n_tokens: int) -> None:
+        self.loss_sum += loss_per_token * n_tokens
+        self.tokens += n_tokens
+
+    def empty(self) -> bool:
+        return self.tokens == 0
+
+    def loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(time.time() - self.started, 1e-9)
+
+
+def write_log(rows: list[dict], path: Path) -> None:
+    """Write the per-validation log as CSV, atomically."""
+    with atomic_path(path) as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False, float_format="%.6g")
+
+
+@torch.inference_mode()
+def validation_loss(
+    model: Transformer, pairs: list[Pair], max_tokens: int, bos_id: int, eos_id: int, device: torch.device
+) -> float:
+    """Mean per-token cross-entropy (no smoothing, nats) of `model` on `pairs`."""
+    model.eval()
+    total, n = 0.0, 0
+    for batch in make_batches(pairs, max_tokens, seed=0, epoch=0):
+        src, tgt_in, tgt_out = (
+            t.to(device) for t in collate([pairs[i] for i in batch], model.pad_id, bos_id, eos_id)
+        )
+        logits = model(src, tgt_in)
+        total += label_smoothed_loss(logits.flatten(0, 1), tgt_out.flatten(), model.pad_id, 0.0).item()
+        n += int((tgt_out != model.pad_id).sum())
+    return total / max(n, 1)
+
+
+def final_model(out_dir: Path, kept: list[str], validate: Validate, score_name: str) -> tuple[dict, dict]:
+    """Choose the final weights on validation: `best.pt` or the average of the kept checkpoints.
+
+    Returns (model checkpoint dict, {"source": ..., score_name: ...}).
+    """
+    best = checkpoint.load(out_dir / "best.pt")
+    candidates = {"best": {k: best[k] for k in checkpoint.MODEL_KEYS}}
+    if len(kept) > 1:
+        candidates[f"average_last_{len(kept)}"] = checkpoint.average([out_dir / k for k in kept])
+    scored = {}
+    for name, state in candidates.items():
+        scored[name] = validate(checkpoint.build_model(state))[score_name]
+        print(f"final-model candidate {name}: {score_name}={scored[name]:.4g}")
+    choice = max(scored, key=lambda n: (scored[n], n.startswith("average")))
+    return candidates[choice], {"source": choice, score_name: scored[choice], "candidates": scored}

@@ -1,0 +1,31 @@
+"""DVC stage `download`: Multi30k Task 1 raw files → validated DatasetDict at `download.out_dir`.
+
+Run from the repository root: `python -m stages.download`. Env `MULTI30K_MIRROR` (a folder or base
+URL) is tried before the canonical URL; every file is checked against its pinned SHA-256.
+"""
+
+from __future__ import annotations
+
+import datasets
+
+from pipeline.config import load_params
+from pipeline.data import build_corpus, resolve_sources
+from pipeline.errors import run_main
+
+
+def main() -> None:
+    """Fetch, validate and store the corpus; prints the pairs kept per split."""
+    datasets.disable_progress_bars()
+    cfg = load_params().download
+    corpus = build_corpus(
+        cfg.out_dir,
+        resolve_sources(cfg.mirror),
+        max_train_pairs=cfg.max_train_pairs,
+        max_eval_pairs=cfg.max_eval_pairs,
+    )
+    sizes = ", ".join(f"{split} {len(ds)}" for split, ds in corpus.items())
+    print(f"download: wrote {cfg.out_dir} ({sizes} pairs)")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,34 @@
+"""DVC stage `tokenizer`: one joint SentencePiece model on the train split's EN and DE sentences.
+
+Run from the repository root: `python -m stages.tokenizer`. Reads the corpus at `download.out_dir`
+and writes `<tokenizer.out_dir>/spm.model` and `spm.vocab`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from datasets import DatasetDict
+
+from pipeline.config import load_params
+from pipeline.data import LANGS, TRAIN_SPLIT, load_corpus
+from pipeline.errors import run_main
+from pipeline.tokenizer import Tokenizer, train_tokenizer
+
+
+def train_sentences(corpus: DatasetDict) -> Iterator[str]:
+    """Every EN then every DE sentence of the train split (no eval data reaches the tokenizer)."""
+    for lang in LANGS:
+        yield from corpus[TRAIN_SPLIT][lang]
+
+
+def main() -> None:
+    """Train and save the tokenizer; prints its vocabulary size."""
+    params = load_params()
+    corpus = load_corpus(params.download.out_dir)
+    model_path = train_tokenizer(train_sentences(corpus), params.tokenizer.out_dir, params.tokenizer)
+    print(f"tokenizer: wrote {model_path} ({Tokenizer.load(model_path).vocab_size} pieces)")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,67 @@
+"""`params.yaml` validation: the repo's file loads; each bad file fails with one line naming
+the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ModelConfig, Params, load_params
+from pipeline.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_repo_params_validate():
+    params = load_params(REPO / "params.yaml")
+    assert isinstance(params, Params)
+    for model in (params.train.model, params.warmup_train.model):
+        assert isinstance(model, ModelConfig)
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("", encoding="utf-8")
+    assert load_params(path) == Params()
+
+
+# (case id, file text, substrings the one-line message must contain besides the path)
+BAD = [
+    ("wrong type", "train: {model: {d_model: big}}", ["train.model.d_model", "integer"]),
+    (
+        "negative dropout",
+        "train: {model: {dropout: -0.1}}",
+        ["train.model.dropout", "greater than or equal to 0"],
+    ),
+    ("dropout = 1", "train: {model: {dropout: 1.0}}", ["train.model.dropout", "less than 1"]),
+    ("dropout > 1", "warmup_train: {model: {dropout: 1.5}}", ["warmup_train.model.dropout", "less than 1"]),
+    ("beam size 0", "decode: {beam_size: 0}", ["decode.beam_size", "greater than 0"]),
+    ("heads do not divide", "train: {model: {d_model: 250, n_heads: 4}}", ["train.model", "divisible"]),
+    ("vocab below specials", "tokenizer: {vocab_size: 3}", ["tokenizer.vocab_size", "greater than 4"]),
+    ("nested key typo", "train: {optim: {peak_lrr: 0.1}}", ["train.optim.peak_lrr", "not permitted"]),
+    ("section typo", "trian: {max_len: 10}", ["trian", "not permitted"]),
+    ("section not a mapping", "decode: 5", ["decode", "dictionary"]),
+    ("file not a mapping", "- 1\n- 2\n", ["<root>"]),
+    ("invalid yaml", "train: {model: [unclosed\n", ["not valid YAML"]),
+]
+
+
+@pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in BAD], ids=[i for i, _, _ in BAD])
+def test_bad_params_raise_one_line_config_error(tmp_path, text, expected):
+    path = tmp_path / "params.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    for part in expected:
+        assert part in message
+
+
+def test_missing_file_raises_config_error(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_params(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
