@@ -15,7 +15,7 @@ Conventions shared by both searches:
 Beam search (a "shrinking" beam, as in Nematus): each sentence has K slots. At every step the
 alive hypotheses of a sentence propose all their one-token extensions; the best `n_alive` are
 taken (n_alive = K minus the hypotheses finished so far); a taken extension that ends in eos (or
-reaches M_i) moves to the sentence's finished list and frees no slot for later. Hypotheses are
+reaches M_i) moves to the sentence's finished list and keeps its slot, so the beam shrinks. Hypotheses are
 ranked by `log P(Y) / lp(Y)` with the GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha`
 (Wu et al. 2016, eq. 14), where |Y| counts the generated tokens INCLUDING eos (excluding bos).
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +42,14 @@ from tqdm import tqdm
 from pipeline.batching import pad
 from pipeline.config import DecodeConfig
 
+if TYPE_CHECKING:
+    from pipeline.model import Transformer
+    from pipeline.tokenizer import Tokenizer
+
 
 class Cache(Protocol):
+    """Incremental-decoding state; `select(index)` keeps/reorders batch rows in place."""
+
     def select(self, index: Tensor) -> None: ...
 
 
@@ -77,13 +83,16 @@ def topk_stable(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The k largest values of each row of x `[N, M]` and their indices, both `[N, k]`.
 
     Ties are broken toward the lower index, and the result is ordered by value (descending),
-    then index (ascending) -- unlike `torch.topk`, whose choice among ties is unspecified.
+    then index (ascending) -- unlike `torch.topk`, whose choice and order among ties is unspecified.
     """
-    kth = x.topk(k, dim=1).values[:, -1:]
-    above, tied = x > kth, x == kth
-    need = k - above.sum(dim=1, keepdim=True)
-    chosen = above | (tied & (tied.cumsum(dim=1) <= need))
-    index = chosen.nonzero()[:, 1].view(-1, k)  # row-major: ascending index within each row
+    values, index = x.topk(k, dim=1)
+    kth = values[:, -1:]
+    if bool(((x == kth).sum(dim=1) > (values == kth).sum(dim=1)).any()):  # a tie straddles the cut
+        above, tied = x > kth, x == kth
+        need = k - above.sum(dim=1, keepdim=True)
+        chosen = above | (tied & (tied.cumsum(dim=1) <= need))  # the lowest-index tied ones
+        index = chosen.nonzero()[:, 1].view(-1, k)
+    index = index.sort(dim=1).values
     values = x.gather(1, index)
     order = values.sort(dim=1, descending=True, stable=True).indices
     return values.gather(1, order), index.gather(1, order)
@@ -234,7 +243,7 @@ def drop_done(beam: Beam, cache: Cache, last: Tensor, alpha: float) -> Tensor:
 
 def best_hypothesis(hyps: list[Finished]) -> list[int]:
     """The highest-scoring finished hypothesis; on equal scores the earliest finished."""
-    return max(reversed(hyps), key=lambda h: h.score).tokens if hyps else []
+    return max(hyps, key=lambda h: h.score).tokens if hyps else []  # max keeps the first of equals
 
 
 @torch.inference_mode()
@@ -266,7 +275,7 @@ def beam_search(
         ends = taken & ((ext.tokens == eos_id) | at_limit)
         record_finished(beam, ext, ends, eos_id, alpha, finished)
         advance(beam, cache, ext, taken & ~ends)
-        last = ext.tokens.view(-1)
+        last = drop_done(beam, cache, ext.tokens.view(-1), alpha)
     return [best_hypothesis(hyps) for hyps in finished]
 
 
@@ -286,8 +295,8 @@ def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: Dec
 
 
 def translate(
-    model,
-    tokenizer,
+    model: Transformer,
+    tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
     device: str | torch.device = "cpu",

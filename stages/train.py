@@ -15,7 +15,6 @@ from pathlib import Path
 
 import datasets
 import torch
-from pipeline.metrics import score as sacrebleu_score
 
 from pipeline import checkpoint
 from pipeline import device as dev
@@ -24,6 +23,7 @@ from pipeline.data import load_corpus
 from pipeline.errors import run_main
 from pipeline.evaluate import greedy_scorer
 from pipeline.io import write_json
+from pipeline.metrics import score as sacrebleu_score
 from pipeline.model import Transformer
 from pipeline.tokenizer import Tokenizer
 from pipeline.train import Trainer, final_model, validation_loss

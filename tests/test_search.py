@@ -21,8 +21,6 @@ from pipeline.search import (
     translate,
 )
 
-torch.set_num_threads(1)
-
 PAD, UNK, BOS, EOS, A, B, C = range(7)
 V = 7
 
@@ -145,11 +143,19 @@ def test_max_length_is_respected() -> None:
         assert [len(o) for o in out] == [6, 4]
 
 
+def test_ties_go_to_the_lower_token_id() -> None:
+    tied = TableModel({(): {C: 0.45, B: 0.45}}, default={EOS: 0.9})
+    assert greedy(tied, ONE_SRC, BOS, EOS, 0.0, 10) == [[B]]
+    for k in (1, 2, 3):
+        assert search(tied, ONE_SRC, beam_size=k, alpha=0.6) == [[B]]
+
+
 def test_topk_stable_breaks_ties_toward_the_lower_index() -> None:
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
     values, index = topk_stable(x, 2)
     assert index.tolist() == [[1, 2], [0, 1]] and values.tolist() == [[3.0, 3.0], [0.0, 0.0]]
     assert topk_stable(x, 4)[1].tolist() == [[1, 2, 4, 3], [0, 1, 2, 3]]
+    assert topk_stable(x[:1], 3)[1].tolist() == [[1, 2, 4]]  # no tie across the cut
 
 
 def test_beam_wider_than_vocabulary_is_an_error() -> None:
@@ -226,7 +232,7 @@ def reference_beam(model: Transformer, src: list[int], k: int, alpha: float, lim
                 alive.append((tokens + [v], score))
         if not alive:
             break
-    return max(reversed(finished), key=lambda f: f[0])[1]
+    return max(finished, key=lambda f: f[0])[1]  # the earliest of equal scores
 
 
 def test_batched_beam_matches_a_naive_reference(tiny, sources) -> None:

@@ -1,0 +1,54 @@
+"""DVC stage `score`: sacreBLEU BLEU and chrF of the `decode` stage's translations.
+
+Usage: `python -m stages.score TRANSLATIONS_DIR METRICS_JSON` (dvc.yaml passes the paths). Reads
+`<TRANSLATIONS_DIR>/<split>.de` for each evaluation split and the German references from the
+corpus at `download.out_dir`; writes METRICS_JSON as
+`{"<split>": {"bleu", "chrf", "bleu_signature", "chrf_signature"}}`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import datasets
+
+from pipeline.config import load_params
+from pipeline.data import load_corpus
+from pipeline.errors import DataError, run_main
+from pipeline.io import write_json
+from pipeline.metrics import score
+from stages.decode import EVAL_SPLITS, translation_path
+
+
+def read_lines(path: Path) -> list[str]:
+    """One item per line, as `stages.decode.write_lines` wrote them (empty lines kept).
+
+    Raises:
+        DataError: the file is missing (run the decode stage).
+    """
+    if not path.is_file():
+        raise DataError(f"{path}: translations not found (run the decode stage)")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def main(translations_dir: Path, metrics_json: Path) -> None:
+    datasets.disable_progress_bars()
+    corpus = load_corpus(load_params().download.out_dir)
+    metrics = {}
+    for split in EVAL_SPLITS:
+        path = translation_path(translations_dir, split)
+        hyps = read_lines(path)
+        try:
+            metrics[split] = score(hyps, corpus[split]["de"])
+        except DataError as exc:
+            raise DataError(f"{path}: {exc}") from None
+        print(f"score: {split}: BLEU {metrics[split]['bleu']:.2f}  chrF {metrics[split]['chrf']:.2f}")
+    write_json(metrics_json, metrics)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python -m stages.score TRANSLATIONS_DIR METRICS_JSON")
+    run_main(lambda: main(*map(Path, sys.argv[1:3])))
