@@ -224,10 +224,9 @@ class Trainer:
         return out
 
     def budget_left(self, started: float) -> bool:
-        p = self.progress
-        return (
-            p.step < self.cfg.max_steps and p.wall_seconds + time.time() - started < self.cfg.max_minutes * 60
-        )
+        """Steps and wall-clock time left? `started` is the run's start, moved back by the wall
+        seconds of the runs this one resumes."""
+        return self.progress.step < self.cfg.max_steps and time.time() - started < self.cfg.max_minutes * 60
 
     def run(self) -> Progress:
         """Train until a budget runs out or patience is exhausted; returns the final progress."""
@@ -236,7 +235,7 @@ class Trainer:
             seed_everything(self.cfg.seed)
         p, started, window = self.progress, time.time() - self.progress.wall_seconds, _Window()
         bar = tqdm(initial=p.step, total=self.cfg.max_steps, desc="train", mininterval=2, dynamic_ncols=True)
-        while self.budget_left(started - 0) and p.bad_validations < self.cfg.patience:
+        while self.budget_left(started) and p.bad_validations < self.cfg.patience:
             loss, n_tokens = self.train_step(self.next_batches())
             p.step += 1
             window.add(loss, n_tokens)
@@ -255,6 +254,7 @@ class Trainer:
         if p.step % self.cfg.val_every:  # validate the final weights too
             p.wall_seconds = time.time() - started
             self.validation(_Window() if window.empty() else window, self.scheduler.get_last_lr()[0])
+        write_log(p.log, self.log_path)  # also when a resumed run had nothing left to do
         return p
 
     def validation(self, window: _Window, lr: float) -> None:

@@ -99,3 +99,18 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path):
     with pytest.raises(PipelineError, match="loss is nan"):
         t2.run()
     assert (tmp_path / "last.pt").read_bytes() == before
+
+
+def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
+    """Each step takes 10 fake seconds; a 1-minute budget must allow exactly 6 steps, resumed or not."""
+    clock = [1000.0]
+    monkeypatch.setattr("pipeline.train.time.time", lambda: clock[0])
+    t = make_trainer(tmp_path, max_steps=100, max_minutes=1.0, val_every=2)
+    step = t.train_step
+
+    def slow_step(batches):
+        clock[0] += 10.0
+        return step(batches)
+
+    t.train_step = slow_step
+    assert t.run().step == 6

@@ -1,0 +1,203 @@
+"""Shared by the benchmarks: inputs (params, corpus, tokenizer, model), timing, and the report.
+
+The report is two files in `--out-dir` (default `reports`): `bench.json`, into which every
+command merges its figures (read, update, atomic write), and `bench.md`, regenerated from it
+each time: the command lines run with their machines, the headline figures, the detail tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import yaml
+from datasets import DatasetDict
+from pydantic import ValidationError
+
+from pipeline.checkpoint import load_model
+from pipeline.config import ModelConfig, Params, load_params
+from pipeline.data import load_corpus
+from pipeline.errors import ConfigError
+from pipeline.io import write_json, write_text
+from pipeline.model import Transformer
+from pipeline.tokenizer import Tokenizer
+
+SEED_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the seed tutorial's "tiny"
+DEFAULT_CHECKPOINT = "models/transformer/model.pt"
+
+HEADLINE = {  # key -> meaning, in the order bench.md lists them
+    "train_tok_s": "ours, default config: target tokens/s of a training step (fwd + bwd + Adam)",
+    "train_vs_nn_transformer": "ours / torch.nn.Transformer baseline, training speed (default config)",
+    "train_vs_naive": "ours / naive seed-style baseline, training speed (default config)",
+    "bf16_vs_fp32": "ours under bf16 autocast / ours in fp32, training speed (default config)",
+    "mfu": "model FLOPs utilization of our training step: achieved_gflops / peak_gflops",
+    "achieved_gflops": "matmul GFLOP/s of our training step (bench/flops.py formula)",
+    "peak_gflops": "this machine's matmul peak in peak_dtype (best of several square matmuls)",
+    "peak_dtype": "the dtype our training step's matmuls run in (the trainer's precision)",
+    "naive_greedy_sent_s": "sentences/s, greedy re-running the whole decoder per step, 1 sentence at a time",
+    "greedy_cached_sent_s": "sentences/s, our batched greedy with the KV cache",
+    "beam5_sent_s": "sentences/s, our batched beam search (beam 5) with the KV cache",
+    "greedy_cached_vs_naive": "greedy_cached_sent_s / naive_greedy_sent_s",
+    "beam5_cached_vs_naive": "beam5_sent_s / naive_greedy_sent_s",
+    "train_peak_rss_mb": "peak RSS (MB) of a process running our training steps (default config)",
+    "decode_peak_rss_mb": "peak RSS (MB) of a process running beam-5 decoding",
+}
+
+
+# ---- inputs --------------------------------------------------------------------------
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """Options every benchmark takes."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--params", default="params.yaml", help="the pipeline's params file")
+    p.add_argument("--out-dir", default="reports", help="where bench.json and bench.md live")
+    p.add_argument(
+        "--model-override",
+        default="",
+        help="ModelConfig fields over every config, e.g. d_model=32,n_heads=2 (tests)",
+    )
+    return p
+
+
+def parse_override(text: str) -> dict:
+    """`"d_model=32,dropout=0.0"` -> `{"d_model": 32, "dropout": 0.0}` (YAML scalars)."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(p) != 2 for p in pairs):
+        raise ConfigError(f"--model-override: expected key=value[,key=value], got {text!r}")
+    return {k.strip(): yaml.safe_load(v) for k, v in pairs}
+
+
+def model_config(base: ModelConfig, **fields) -> ModelConfig:
+    """`base` with `fields` replaced, validated (an unknown field is an error)."""
+    try:
+        return ModelConfig.model_validate({**base.model_dump(), **fields})
+    except ValidationError as exc:
+        raise ConfigError(f"model config: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+
+
+def named_configs(params: Params, names: Sequence[str], override: dict) -> dict[str, ModelConfig]:
+    """'tiny' (the seed's sizes) and/or 'default' (params `train.model`), each with `override`."""
+    known = {"tiny": SEED_DIMS, "default": {}}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--configs: unknown {unknown}; choose from {sorted(known)}")
+    return {n: model_config(params.train.model, **{**known[n], **override}) for n in names}
+
+
+def load_inputs(params_path: str) -> tuple[Params, Tokenizer, DatasetDict]:
+    """The params, the pipeline's SentencePiece model and the Multi30k corpus."""
+    params = load_params(params_path)
+    tok = Tokenizer.load(Path(params.tokenizer.out_dir) / "spm.model")
+    return params, tok, load_corpus(params.download.out_dir)
+
+
+def decode_model(path: str, cfg: ModelConfig, tok: Tokenizer) -> tuple[Transformer, str]:
+    """The trained model at `path` or, when there is none, a seeded random model of `cfg`
+    (decoding speed then still means something, translations do not). Returns (model, note)."""
+    if Path(path).is_file():
+        return load_model(path, vocab_size=tok.vocab_size)[0], f"trained model {path}"
+    torch.manual_seed(0)
+    model = Transformer(cfg, tok.vocab_size, tok.pad_id).eval()
+    return model, f"random weights: {path} not found"
+
+
+# ---- timing --------------------------------------------------------------------------
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of `fn()` (CUDA work included)."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def sig(x: float, digits: int = 4) -> float:
+    """Round to `digits` significant digits: benchmark figures carry no more."""
+    return float(f"{x:.{digits}g}")
+
+
+# ---- report --------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine(device: torch.device) -> dict:
+    """Where a benchmark ran."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+    return {
+        "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": name,
+    }
+
+
+def command_line(module: str, argv: Sequence[str]) -> str:
+    return " ".join(["python -m", module, shlex.join(argv)]).strip()
+
+
+def record(out_dir: str | Path, name: str, command: str, figures: dict, device: torch.device) -> dict:
+    """Merge `figures` into `<out_dir>/bench.json` (atomically), note the run, rewrite bench.md."""
+    path = Path(out_dir) / "bench.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    runs = data.pop("runs", {})
+    runs[name] = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), **machine(device)}
+    data = {**data, **figures, "runs": runs}
+    write_json(path, data)
+    write_text(Path(out_dir) / "bench.md", markdown(data))
+    return data
+
+
+def fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return "–" if value is None else str(value).replace("|", "\\|")
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Markdown table of dict rows (columns: the union of their keys, first-seen order)."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return lines + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+
+
+def markdown(data: dict) -> str:
+    """bench.md: runs, headline figures, then each `*_detail` table."""
+    runs = [{"benchmark": k, **v, "command": f"`{v['command']}`"} for k, v in data.get("runs", {}).items()]
+    lines = ["# Benchmarks", "", "Written by `python -m bench.<name>` (see `bench/__init__.py`).", ""]
+    lines += ["## Runs", "", *table(runs), "", "## Figures", ""]
+    lines += table([{"key": k, "value": data[k], "meaning": m} for k, m in HEADLINE.items() if k in data])
+    for key, rows in data.items():
+        if key.endswith("_detail") and rows:
+            lines += ["", f"## {key}", "", *table(rows)]
+    return "\n".join(lines) + "\n"

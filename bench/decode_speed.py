@@ -1,0 +1,162 @@
+"""Decoding speed: naive greedy vs our batched greedy and beam search with the KV cache.
+
+Usage (repository root):
+
+    python -m bench.decode_speed [--sentences 1000] [--checkpoint models/transformer/model.pt]
+
+Input: the first `--sentences` English sentences of test_2016_flickr (all 1000 by default),
+translated by the trained model at `--checkpoint`, or, when it does not exist, by a seeded
+random model of params `train.model` (the output says which; speed is then still meaningful,
+the translations are not; `--model-override` shapes only that random model). Decoding runs where the decode stage runs (CUDA if available, else
+CPU), in fp32 as the decode stage does (denormals flushed, as in training), with
+`decode.max_len_a/b` as the length limit.
+
+Methods, all text in -> text out (SentencePiece encode/decode included):
+  naive_greedy   one sentence at a time, no cache: each step re-runs our model's full `decode`
+                 over the whole prefix and takes the argmax of the last position (the seed's way)
+  greedy_cached  `pipeline.search.greedy` via `translate` (beam 1), `decode.batch_size` sentences
+                 per batch, the KV cache
+  beam5          `translate` with beam size 5 (length penalty `decode.length_penalty`), batched,
+                 the KV cache
+Sentences are sorted longest first and cut into batches of `decode.batch_size` (as `translate`
+does); the three methods take turns on each batch, the order rotating, after one untimed
+warm-up batch of two sentences. sentences/s = sentences / summed seconds.
+
+Writes to `<out-dir>/bench.json`: naive_greedy_sent_s, greedy_cached_sent_s, beam5_sent_s,
+greedy_cached_vs_naive, beam5_cached_vs_naive and decode_detail (a row per method, with which
+model was used, and for greedy_cached the share of outputs identical to naive greedy's).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import torch
+
+from bench.common import (
+    DEFAULT_CHECKPOINT,
+    base_parser,
+    command_line,
+    decode_model,
+    load_inputs,
+    model_config,
+    parse_override,
+    record,
+    sig,
+    table,
+    timed,
+)
+from pipeline.config import DecodeConfig
+from pipeline.device import pick_device
+from pipeline.model import Transformer
+from pipeline.search import batches, max_lengths, translate
+from pipeline.tokenizer import Tokenizer
+
+Method = Callable[[list[str]], list[str]]
+
+
+@torch.inference_mode()
+def naive_greedy(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, limit: int) -> list[int]:
+    """Greedy for one sentence src `[1, S]`, recomputing the decoder over the prefix each step.
+    Returns at most `limit` ids (eos included in the count, excluded from the result)."""
+    memory, prefix = model.encode(src), [bos_id]
+    for _ in range(limit):
+        tgt_in = torch.tensor([prefix], device=src.device)
+        token = int(model.decode(tgt_in, memory, src)[0, -1].argmax())
+        if token == eos_id:
+            break
+        prefix.append(token)
+    return prefix[1:]
+
+
+def naive_translate(model: Transformer, tok: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[str]:
+    """Translate one sentence at a time with `naive_greedy` (same length limit as our search)."""
+    model.eval()
+    device, out = next(model.parameters()).device, []
+    for text in sentences:
+        src = torch.tensor([tok.encode(text) + [tok.eos_id]], device=device)
+        limit = int(max_lengths(src, model.pad_id, cfg.max_len_a, cfg.max_len_b)[0])
+        out.append(
+            tok.decode(naive_greedy(model, src, tok.bos_id, tok.eos_id, limit)) if text.strip() else ""
+        )
+    return out
+
+
+def methods(model: Transformer, tok: Tokenizer, cfg: DecodeConfig, device: torch.device) -> dict[str, Method]:
+    model.eval().to(device)
+    greedy_cfg, beam_cfg = cfg.model_copy(update={"beam_size": 1}), cfg.model_copy(update={"beam_size": 5})
+    return {
+        "naive_greedy": lambda texts: naive_translate(model, tok, texts, cfg),
+        "greedy_cached": lambda texts: translate(model, tok, texts, greedy_cfg, device),
+        "beam5": lambda texts: translate(model, tok, texts, beam_cfg, device),
+    }
+
+
+def race(fns: dict[str, Method], chunks: list[list[str]], device: torch.device) -> tuple[dict, dict]:
+    """Each method on each chunk, round-robin. Returns (seconds, outputs) per method."""
+    seconds, outputs = dict.fromkeys(fns, 0.0), {name: [] for name in fns}
+    names = list(fns)
+    for fn in fns.values():
+        fn(chunks[0][:2])  # warm-up
+    for i, chunk in enumerate(chunks):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            result: list[str] = []
+            seconds[name] += timed(lambda fn=fns[name], r=result, c=chunk: r.extend(fn(c)), device)
+            outputs[name] += result
+    return seconds, outputs
+
+
+def run(
+    model: Transformer, note: str, tok: Tokenizer, sentences: list[str], cfg: DecodeConfig, device
+) -> dict:
+    """Time the three methods on `sentences`; returns the figures for bench.json."""
+    ids = tok.encode_batch(sentences)
+    order = sorted(range(len(sentences)), key=lambda i: (-len(ids[i]), i))
+    chunks = [[sentences[i] for i in chunk] for chunk in batches(order, cfg.batch_size)]
+    seconds, outputs = race(methods(model, tok, cfg, device), chunks, device)
+    sent_s = {name: len(sentences) / s for name, s in seconds.items()}
+    same = sum(a == b for a, b in zip(outputs["naive_greedy"], outputs["greedy_cached"], strict=True))
+    detail = [
+        {
+            "method": name,
+            "sentences": len(sentences),
+            "seconds": sig(seconds[name]),
+            "sent_s": sig(sent_s[name]),
+        }
+        | {"vs_naive": sig(sent_s[name] / sent_s["naive_greedy"]), "model": note}
+        for name in seconds
+    ]
+    detail[1]["same_as_naive"] = sig(same / len(sentences))
+    return {
+        "naive_greedy_sent_s": sig(sent_s["naive_greedy"]),
+        "greedy_cached_sent_s": sig(sent_s["greedy_cached"]),
+        "beam5_sent_s": sig(sent_s["beam5"]),
+        "greedy_cached_vs_naive": sig(sent_s["greedy_cached"] / sent_s["naive_greedy"]),
+        "beam5_cached_vs_naive": sig(sent_s["beam5"] / sent_s["naive_greedy"]),
+        "decode_detail": detail,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5.")
+    p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
+    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="trained model (random if missing)")
+    args = p.parse_args(argv)
+    params, tok, corpus = load_inputs(args.params)
+    torch.set_flush_denormal(True)
+    device = pick_device("auto")
+    cfg = model_config(params.train.model, **parse_override(args.model_override))
+    model, note = decode_model(args.checkpoint, cfg, tok)
+    print(f"decode_speed: {note}")
+    sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
+    figures = run(model, note, tok, sentences, params.decode, device)
+    print("\n".join(table(figures["decode_detail"])))
+    record(args.out_dir, "decode_speed", command_line("bench.decode_speed", argv), figures, device)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

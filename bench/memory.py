@@ -1,0 +1,179 @@
+"""Peak memory (RSS) of training and of beam-5 decoding, each in a fresh child process.
+
+Usage (repository root):
+
+    python -m bench.memory [--steps 20] [--sentences 1000] [--checkpoint models/transformer/model.pt]
+
+Each part runs in its own spawned child process (a fresh interpreter: nothing the parent or
+the other part allocated is counted), which reports its own peak resident set size when done.
+On Linux that is `VmHWM` from /proc/self/status, not `getrusage(...).ru_maxrss`: Linux carries
+the parent's RSS at fork into the child's ru_maxrss across the exec of a spawned interpreter
+(measured: a child of a parent holding 300 MB reported ru_maxrss 337 MB, VmHWM 30 MB), and
+RUSAGE_CHILDREN inherits the same; VmHWM belongs to the child's own address space. The parts:
+  train   our model at params `train.model` in the trainer's precision: `--steps` training steps
+          as `bench.train_speed` times them (Adam, clip, label smoothing) on the first real
+          batches of the trainer's epoch-0 order, plus the batch holding the longest pair (the
+          largest attention matrices)
+  decode  beam-5 `translate` (batches of `decode.batch_size`, longest first) of the first
+          `--sentences` test_2016_flickr sentences with the trained model at `--checkpoint`, or
+          a seeded random `train.model` one when it does not exist
+  floor   a child that only imports what the others import (torch, the pipeline): the part of
+          both figures that is not the work itself
+Host memory only: on CUDA, GPU memory is not in these figures.
+
+Writes to `<out-dir>/bench.json`: train_peak_rss_mb, decode_peak_rss_mb, memory_detail.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from bench.common import (
+    DEFAULT_CHECKPOINT,
+    base_parser,
+    command_line,
+    decode_model,
+    load_inputs,
+    model_config,
+    parse_override,
+    record,
+    sig,
+    table,
+)
+from bench.train_speed import adam, make_batch, train_step
+from pipeline.batching import Pair, make_batches
+from pipeline.config import DecodeConfig, ModelConfig, OptimConfig
+from pipeline.device import setup
+from pipeline.model import Transformer
+from pipeline.search import translate
+from pipeline.tokenizer import Tokenizer
+from stages.train import encode_pairs
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS in MB: `VmHWM` of /proc/self/status where there is one (Linux),
+    else `getrusage(RUSAGE_SELF).ru_maxrss` (bytes on macOS). See the module doc for why."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def floor_child() -> float:
+    return peak_rss_mb()
+
+
+def train_child(
+    cfg: ModelConfig,
+    vocab: int,
+    ids: tuple[int, int, int],
+    optim: OptimConfig,
+    batches: list[list[Pair]],
+    device: str,
+    bf16: bool,
+    threads: int,
+) -> float:
+    """Train our model on `batches` (one step each); returns the peak RSS."""
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(optim.seed)
+    model = Transformer(cfg, vocab, ids[0]).to(device).train()
+    opt = adam(model, optim)
+    for pairs in batches:
+        train_step(model, opt, bf16, make_batch(pairs, ids, torch.device(device)), optim)
+    return peak_rss_mb()
+
+
+def decode_child(
+    checkpoint: str,
+    cfg: ModelConfig,
+    spm: str,
+    sentences: list[str],
+    decode: DecodeConfig,
+    device: str,
+    threads: int,
+) -> float:
+    """Beam-5 translation of `sentences`; returns the peak RSS."""
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    tok = Tokenizer.load(spm)
+    model, _ = decode_model(checkpoint, cfg, tok)
+    translate(model, tok, sentences, decode.model_copy(update={"beam_size": 5}), device)
+    return peak_rss_mb()
+
+
+def in_child(job: Callable[[], float]) -> float:
+    """Run `job` (a picklable callable) in a fresh spawned process; return its result."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(job).result()
+
+
+def memory_batches(pairs: list[Pair], optim: OptimConfig, steps: int) -> list[list[Pair]]:
+    """The first `steps` batches of the epoch-0 order, plus the one holding the longest pair."""
+    order = make_batches(pairs, optim.max_tokens, optim.seed, 0)
+    longest = max(order, key=lambda b: max(max(len(pairs[i][0]), len(pairs[i][1])) for i in b))
+    chosen = order[:steps] + ([] if longest in order[:steps] else [longest])
+    return [[pairs[i] for i in b] for b in chosen]
+
+
+def run(jobs: dict[str, tuple[Callable[[], float], str]]) -> dict:
+    """Run each (job, description) in its own child; returns the figures for bench.json."""
+    detail = [
+        {"process": name, "peak_rss_mb": sig(in_child(job)), "work": what}
+        for name, (job, what) in jobs.items()
+    ]
+    by_name = {row["process"]: row["peak_rss_mb"] for row in detail}
+    return {
+        "train_peak_rss_mb": by_name["train"],
+        "decode_peak_rss_mb": by_name["decode"],
+        "memory_detail": detail,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = base_parser("Peak RSS of training and of beam-5 decoding, each in its own process.")
+    p.add_argument("--steps", type=int, default=20, help="training steps (plus the longest batch)")
+    p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
+    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="trained model (random if missing)")
+    args = p.parse_args(argv)
+    params, tok, corpus = load_inputs(args.params)
+    optim = params.train.optim
+    device, bf16 = setup(optim.device, optim.precision, optim.threads)
+    cfg = model_config(params.train.model, **parse_override(args.model_override))
+    pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
+    batches = memory_batches(pairs, optim, args.steps)
+    sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
+    spm, threads = str(Path(params.tokenizer.out_dir) / "spm.model"), torch.get_num_threads()
+    ids = (tok.pad_id, tok.bos_id, tok.eos_id)
+    model_note = "trained" if Path(args.checkpoint).is_file() else "random-weight"
+    jobs = {
+        "floor": (floor_child, "imports only"),
+        "train": (
+            partial(train_child, cfg, tok.vocab_size, ids, optim, batches, str(device), bf16, threads),
+            f"{len(batches)} training steps, D{cfg.d_model} L{cfg.n_layers}, {'bf16' if bf16 else 'fp32'}",
+        ),
+        "decode": (
+            partial(decode_child, args.checkpoint, cfg, spm, sentences, params.decode, str(device), threads),
+            f"beam 5, {len(sentences)} sentences, {model_note} model",
+        ),
+    }
+    figures = run(jobs)
+    print("\n".join(table(figures["memory_detail"])))
+    record(args.out_dir, "memory", command_line("bench.memory", argv), figures, device)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

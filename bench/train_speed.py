@@ -1,0 +1,264 @@
+"""Training throughput and MFU: ours vs `torch.nn.Transformer` vs the seed tutorial's naive style.
+
+Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
+
+    python -m bench.train_speed [--configs tiny,default] [--steps 20] [--warmup 3]
+
+Data: the Multi30k train pairs, encoded with the pipeline's SentencePiece model (pairs over
+`train.max_len` pieces dropped, as the train stage does), cut by `make_batches` with
+`train.optim.max_tokens` (seed `train.optim.seed`, epoch 0); the first `warmup + steps` batches
+are used, the same ones for every model.
+
+Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest of
+`train.model`; 'default' = `train.model`), all starting from the same weights:
+  ours            `pipeline.model.Transformer`, in the trainer's precision
+  nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
+  naive           `bench.naive` (the seed's style), same precision
+  ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`)
+The trainer's precision is `pipeline.device.use_bf16(device, train.optim.precision)`.
+
+A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
+clipping, Adam step (the batch is collated onto the device first, untimed). The models take turns
+one batch at a time, the order rotating each batch, so machine noise hits all alike; denormals
+are flushed to zero for all. Per model: tok/s = median over timed steps of (target tokens / step
+seconds); `ms_per_step` = median step time; `ours_vs_this` = median over steps of (this model's
+seconds / ours) on the same batch, i.e. how many times faster ours is.
+
+MFU: `bench.flops` counts each batch's matmul FLOPs (formula in its docstring); achieved =
+median over steps of FLOPs / seconds of ours; peak = best of several `--peak-size`² matmuls in
+the dtype our step's matmuls run in, measured in the same run; mfu = achieved / peak.
+
+Writes to `<out-dir>/bench.json`: train_tok_s, train_vs_nn_transformer, train_vs_naive,
+bf16_vs_fp32, mfu, peak_gflops, peak_dtype, achieved_gflops (all for 'default', or the last
+config listed) and train_detail (one row per config and model).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from bench import naive, nn_transformer
+from bench.common import (
+    base_parser,
+    command_line,
+    load_inputs,
+    median,
+    named_configs,
+    parse_override,
+    record,
+    sig,
+    table,
+    timed,
+)
+from bench.flops import matmul_peak_gflops, train_step_flops
+from pipeline.batching import Pair, collate, make_batches
+from pipeline.config import ModelConfig, OptimConfig
+from pipeline.device import autocast, setup
+from pipeline.model import Transformer
+from pipeline.train import label_smoothed_loss
+from stages.train import encode_pairs
+
+
+class Batch(NamedTuple):
+    """A collated batch on the device and its sentence lengths (for the FLOP count)."""
+
+    src: Tensor  # [B, S]
+    tgt_in: Tensor  # [B, T]
+    tgt_out: Tensor  # [B, T]
+    src_lens: list[int]  # real source tokens per sentence (eos included)
+    tgt_lens: list[int]  # real target tokens per sentence
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.tgt_lens)
+
+
+def make_batch(pairs: list[Pair], ids: tuple[int, int, int], device: torch.device) -> Batch:
+    """Collate pairs with (pad, bos, eos) ids onto `device`."""
+    src, tgt_in, tgt_out = (t.to(device) for t in collate(pairs, *ids))
+    return Batch(src, tgt_in, tgt_out, [len(s) + 1 for s, _ in pairs], [len(t) + 1 for _, t in pairs])
+
+
+def real_batches(pairs: list[Pair], optim: OptimConfig, n: int) -> list[list[Pair]]:
+    """The first `n` batches of the trainer's epoch-0 order (pairs, not indices)."""
+    return [[pairs[i] for i in b] for b in make_batches(pairs, optim.max_tokens, optim.seed, 0)[:n]]
+
+
+def adam(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
+    """The trainer's optimizer."""
+    return torch.optim.Adam(model.parameters(), lr=optim.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+def train_step(
+    model: nn.Module, opt: torch.optim.Optimizer, bf16: bool, batch: Batch, optim: OptimConfig
+) -> None:
+    """One trainer step: autocast forward, label-smoothed loss, backward, clip, Adam."""
+    opt.zero_grad(set_to_none=True)
+    with autocast(batch.src.device, bf16):
+        logits = model(batch.src, batch.tgt_in)
+    loss = label_smoothed_loss(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), model.pad_id, optim.label_smoothing
+    )
+    (loss / batch.tokens).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
+    opt.step()
+
+
+@dataclass
+class Runner:
+    """A model in the race, its optimizer, precision and timed step seconds."""
+
+    name: str
+    model: nn.Module
+    bf16: bool
+    opt: torch.optim.Optimizer
+    seconds: list[float] = field(default_factory=list)
+
+
+def make_runners(
+    cfg: ModelConfig, vocab: int, pad_id: int, optim: OptimConfig, bf16: bool, device: torch.device
+) -> list[Runner]:
+    """ours, nn_transformer, naive (trainer's precision) and ours in the other precision."""
+    torch.manual_seed(optim.seed)
+    ours = Transformer(cfg, vocab, pad_id)
+    models = [
+        ("ours", ours, bf16),
+        ("nn_transformer", nn_transformer.from_ours(ours), bf16),
+        ("naive", naive.from_ours(ours), bf16),
+        ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16),
+    ]
+    return [Runner(name, m.to(device).train(), b, adam(m, optim)) for name, m, b in models]
+
+
+def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimConfig) -> None:
+    """Every runner trains on every batch, round-robin, rotating the order; steps after
+    `warmup` batches are timed."""
+    for i, batch in enumerate(batches):
+        k = i % len(runners)
+        for r in runners[k:] + runners[:k]:
+            step = partial(train_step, r.model, r.opt, r.bf16, batch, optim)
+            seconds = timed(step, batch.src.device)
+            if i >= warmup:
+                r.seconds.append(seconds)
+
+
+def summarize(
+    name: str, cfg: ModelConfig, runners: list[Runner], batches: list[Batch], flops: list[int]
+) -> list[dict]:
+    """One detail row per runner; ours' row carries its achieved GFLOP/s."""
+    ours = runners[0]
+    dims = f"{name} (D{cfg.d_model} H{cfg.n_heads} L{cfg.n_layers} F{cfg.d_ff})"
+    rows = []
+    for r in runners:
+        rows.append(
+            {
+                "config": dims,
+                "model": r.name,
+                "precision": "bf16" if r.bf16 else "fp32",
+                "tok_s": sig(median([b.tokens / s for b, s in zip(batches, r.seconds, strict=True)])),
+                "ms_per_step": sig(1e3 * median(r.seconds)),
+                "ours_vs_this": sig(median([s / o for s, o in zip(r.seconds, ours.seconds, strict=True)])),
+                "achieved_gflops": None,
+            }
+        )
+    rows[0]["achieved_gflops"] = sig(median([f / s / 1e9 for f, s in zip(flops, ours.seconds, strict=True)]))
+    return rows
+
+
+def bench_config(
+    name: str,
+    cfg: ModelConfig,
+    vocab: int,
+    pad_id: int,
+    batches: list[Batch],
+    warmup: int,
+    optim: OptimConfig,
+    bf16: bool,
+) -> list[dict]:
+    """Race the four models on `batches`; returns the detail rows."""
+    runners = make_runners(cfg, vocab, pad_id, optim, bf16, batches[0].src.device)
+    race(runners, batches, warmup, optim)
+    timed_batches = batches[warmup:]
+    flops = [train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches]
+    return summarize(name, cfg, runners, timed_batches, flops)
+
+
+def headline(rows: list[dict], peak_gflops: float, bf16: bool) -> dict:
+    """The top-level figures from one config's rows (ours first)."""
+    by_model = {r["model"]: r for r in rows}
+    ours = by_model["ours"]
+    other = by_model["ours_fp32" if bf16 else "ours_bf16"]
+    bf16_tok_s, fp32_tok_s = (ours, other) if bf16 else (other, ours)
+    return {
+        "train_tok_s": ours["tok_s"],
+        "train_vs_nn_transformer": by_model["nn_transformer"]["ours_vs_this"],
+        "train_vs_naive": by_model["naive"]["ours_vs_this"],
+        "bf16_vs_fp32": sig(bf16_tok_s["tok_s"] / fp32_tok_s["tok_s"]),
+        "mfu": sig(ours["achieved_gflops"] / peak_gflops),
+        "peak_gflops": sig(peak_gflops),
+        "peak_dtype": "bf16" if bf16 else "fp32",
+        "achieved_gflops": ours["achieved_gflops"],
+    }
+
+
+def run(
+    pairs: list[Pair],
+    configs: dict[str, ModelConfig],
+    vocab: int,
+    ids: tuple[int, int, int],
+    optim: OptimConfig,
+    device: torch.device,
+    bf16: bool,
+    steps: int,
+    warmup: int,
+    peak_size: int,
+) -> dict:
+    """All configs on the same real batches; returns the figures for bench.json."""
+    batches = [make_batch(b, ids, device) for b in real_batches(pairs, optim, warmup + steps)]
+    if len(batches) <= warmup:
+        raise ValueError(f"only {len(batches)} batches of training data for {warmup} warm-up steps")
+    peak = matmul_peak_gflops(torch.bfloat16 if bf16 else torch.float32, device, peak_size)
+    detail = [
+        row
+        for n, c in configs.items()
+        for row in bench_config(n, c, vocab, ids[0], batches, warmup, optim, bf16)
+    ]
+    last = "default" if "default" in configs else list(configs)[-1]
+    rows = [r for r in detail if r["config"].startswith(f"{last} ")]
+    return {**headline(rows, peak, bf16), "train_detail": detail}
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = base_parser("Training throughput and MFU: ours vs nn.Transformer vs naive.")
+    p.add_argument("--configs", default="tiny,default", help="comma-separated: tiny, default")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per model")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
+    args = p.parse_args(argv)
+    params, tok, corpus = load_inputs(args.params)
+    optim = params.train.optim
+    device, bf16 = setup(optim.device, optim.precision, optim.threads)
+    configs = named_configs(params, args.configs.split(","), parse_override(args.model_override))
+    pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
+    peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
+    ids = (tok.pad_id, tok.bos_id, tok.eos_id)
+    figures = run(
+        pairs, configs, tok.vocab_size, ids, optim, device, bf16, args.steps, args.warmup, peak_size
+    )
+    print("\n".join(table(figures["train_detail"])))
+    print("\n".join(table([{k: v for k, v in figures.items() if k != "train_detail"}])))
+    record(args.out_dir, "train_speed", command_line("bench.train_speed", argv), figures, device)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

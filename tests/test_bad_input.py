@@ -1,0 +1,217 @@
+"""Bad input, table-driven: each case must end in ONE line `error: ...` naming the culprit, a
+non-zero exit, and nothing written. Entry points run in-process through `run_main`, exactly as
+their `__main__` does, so exit codes and stderr are what a user sees.
+
+Corpus cases build tiny gzip files with their own checksums; checkpoint and translate cases use
+a tiny random model and a tiny SentencePiece model built once per session.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline import checkpoint
+from pipeline.cli import main as translate_main
+from pipeline.config import ModelConfig, TokenizerConfig
+from pipeline.data import build_corpus
+from pipeline.errors import run_main
+from pipeline.model import Transformer
+from pipeline.tokenizer import Tokenizer, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD_EN = ["A dog runs.", "Two men talk.", "A girl sings."]
+GOOD_DE = ["Ein Hund rennt.", "Zwei Männer reden.", "Ein Mädchen singt."]
+
+
+# ---- fixtures: a tiny tokenizer and model ------------------------------------------------
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    lines = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat on the mat with a hat"] * 50
+    spm = train_tokenizer(lines, root / "spm", TokenizerConfig(vocab_size=60))
+    tok = Tokenizer.load(spm)
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    model = Transformer(cfg, tok.vocab_size, tok.pad_id)
+    state = {"model": model.state_dict(), "model_cfg": cfg.model_dump(), "vocab_size": tok.vocab_size}
+    state |= {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
+    checkpoint.save(root / "model.pt", state)
+    return {"root": root, "spm": spm, "ckpt": root / "model.pt"}
+
+
+def run_entry(fn: Callable[[], None], capsys) -> tuple[int, str, str]:
+    """Run an entry point like its __main__ does; returns (exit code, stdout, stderr)."""
+    try:
+        run_main(fn)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ---- params.yaml ----------------------------------------------------------------------------
+PARAMS_CASES = {
+    "wrong type": ("train:\n  model:\n    d_model: big\n", "train.model.d_model"),
+    "negative dropout": ("train:\n  model:\n    dropout: -0.1\n", "train.model.dropout"),
+    "dropout >= 1": ("train:\n  model:\n    dropout: 1.0\n", "train.model.dropout"),
+    "beam 0": ("decode:\n  beam_size: 0\n", "decode.beam_size"),
+    "heads do not divide": ("train:\n  model:\n    d_model: 250\n    n_heads: 4\n", "divisible"),
+    "vocab below specials": ("tokenizer:\n  vocab_size: 3\n", "tokenizer.vocab_size"),
+    "unknown key (typo)": ("train:\n  optim:\n    peak_lrr: 0.1\n", "train.optim.peak_lrr"),
+    "not yaml": ("train: [unclosed\n", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("text,culprit", PARAMS_CASES.values(), ids=PARAMS_CASES.keys())
+def test_bad_params(text, culprit, tmp_path, monkeypatch, capsys):
+    from stages.warmup_data import main as warmup_data_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(text)
+    code, _, err = run_entry(warmup_data_main, capsys)
+    assert code != 0
+    assert err.count("\n") == 1 and err.startswith("error: params.yaml: ") and culprit in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_missing_params_file(tmp_path, monkeypatch, capsys):
+    from stages.warmup_data import main as warmup_data_main
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_entry(warmup_data_main, capsys)
+    assert code != 0 and err == "error: params.yaml: file not found\n"
+
+
+# ---- corpus files -----------------------------------------------------------------------------
+def gz(lines: list[str] | bytes) -> bytes:
+    raw = lines if isinstance(lines, bytes) else "".join(line + "\n" for line in lines).encode()
+    return gzip.compress(raw, mtime=0)
+
+
+CORPUS_CASES = {  # name: (breakage, re-pin the broken file's sum so content checks run, culprit)
+    "missing file": (lambda f: f.pop("tiny.de.gz"), False, "tiny.de.gz"),
+    "checksum mismatch": (
+        lambda f: f.update({"tiny.de.gz": gz(GOOD_DE[:2] + ["Ein Kind."])}),
+        False,
+        "tiny.de.gz",
+    ),
+    "line counts differ": (lambda f: f.update({"tiny.de.gz": gz(GOOD_DE[:2])}), True, "tiny.de.gz"),
+    "truncated gz": (lambda f: f.update({"tiny.de.gz": gz(GOOD_DE)[:-12]}), True, "tiny.de.gz"),
+    "non-UTF-8 byte": (
+        lambda f: f.update({"tiny.de.gz": gz(b"Ein Hund.\nZwei \xff.\nEin.\n")}),
+        True,
+        "line 2",
+    ),
+    "empty line": (lambda f: f.update({"tiny.de.gz": gz(["Ein Hund rennt.", "", "Ein."])}), True, "line 2"),
+}
+
+
+@pytest.mark.parametrize("breakage,resum,culprit", CORPUS_CASES.values(), ids=CORPUS_CASES.keys())
+def test_bad_corpus(breakage, resum, culprit, tmp_path, capsys):
+    files = {"tiny.en.gz": gz(GOOD_EN), "tiny.de.gz": gz(GOOD_DE)}
+    sums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    breakage(files)
+    if resum:
+        sums["tiny.de.gz"] = hashlib.sha256(files["tiny.de.gz"]).hexdigest()
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for name, data in files.items():
+        (mirror / name).write_bytes(data)
+    out = tmp_path / "out" / "corpus"
+    code, _, err = run_entry(
+        lambda: build_corpus(out, [str(mirror)], sha256=sums, counts={"tiny": 3}), capsys
+    )
+    assert code != 0 and err.count("\n") == 1 and err.startswith("error: ") and culprit in err
+    assert "tiny.de.gz" in err
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+# ---- checkpoints and translate -------------------------------------------------------------
+def translate(tiny: dict, capsys, *args: str, ckpt: Path | None = None) -> tuple[int, str, str]:
+    argv = ["--checkpoint", str(ckpt or tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", "absent.yaml"]
+    return run_entry(lambda: translate_main([*argv, "--beam-size", "2", *args]), capsys)
+
+
+def broken_checkpoint(tiny: dict, kind: str, tmp: Path) -> Path:
+    path = tmp / f"{kind}.pt"
+    good = tiny["ckpt"].read_bytes()
+    state = checkpoint.load(tiny["ckpt"])
+    if kind == "corrupt":
+        path.write_bytes(os.urandom(2000))
+    elif kind == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif kind == "other vocabulary":
+        cfg = ModelConfig.model_validate(state["model_cfg"])
+        state |= {"vocab_size": 99, "model": Transformer(cfg, 99, 0).state_dict()}
+        torch.save(state, path)
+    elif kind == "other architecture":
+        state["model_cfg"] = {**state["model_cfg"], "d_model": 32, "n_heads": 2}
+        torch.save(state, path)
+    return path
+
+
+CHECKPOINT_CASES = {
+    "corrupt": "corrupt or truncated",
+    "truncated": "corrupt or truncated",
+    "other vocabulary": "does not match the tokenizer",
+    "other architecture": "do not fit the model config",
+}
+
+
+@pytest.mark.parametrize("kind,culprit", CHECKPOINT_CASES.items(), ids=CHECKPOINT_CASES.keys())
+def test_bad_checkpoint(kind, culprit, tiny, tmp_path, capsys):
+    path = broken_checkpoint(tiny, kind, tmp_path)
+    code, out, err = translate(tiny, capsys, "A dog runs.", ckpt=path)
+    assert code != 0 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: {path}: ") and culprit in err
+
+
+def test_missing_checkpoint(tiny, tmp_path, capsys):
+    code, _, err = translate(tiny, capsys, "A dog.", ckpt=tmp_path / "nope.pt")
+    assert code != 0 and err == f"error: {tmp_path / 'nope.pt'}: checkpoint not found\n"
+
+
+def test_bad_beam_flag(tiny, capsys):
+    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "0")
+    assert code != 0 and out == "" and err.startswith("error: --beam-size: ") and err.count("\n") == 1
+
+
+# Inputs that must translate (one output line per input line), never crash.
+ODD_INPUTS = {
+    "empty": ([""], lambda out: out == [""]),
+    "whitespace only": (["   \t "], lambda out: out == [""]),
+    "10x longer than training": ([" ".join(GOOD_EN * 40)], lambda out: len(out) == 1),
+    "emoji and unknown characters": (["A dog 🐕 runs ∑ ☃."], lambda out: len(out) == 1),
+}
+
+
+@pytest.mark.parametrize("lines,check", ODD_INPUTS.values(), ids=ODD_INPUTS.keys())
+def test_odd_translate_input(lines, check, tiny, capsys):
+    code, out, err = translate(tiny, capsys, *lines)
+    assert code == 0, err
+    assert check(out.split("\n")[:-1])
+
+
+def test_translate_saves_attention_png(tiny, tmp_path, capsys):
+    png = tmp_path / "attn.png"
+    code, out, err = translate(tiny, capsys, "", "A dog runs.", "--attention", str(png))
+    assert code == 0, err
+    assert out.count("\n") == 2 and out.startswith("\n")  # the empty line stays an empty line
+    assert png.stat().st_size > 1000
+
+
+def test_translate_reads_stdin(tiny, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("A dog runs.\n\nTwo men talk.\n"))
+    code, out, err = translate(tiny, capsys)
+    assert code == 0, err
+    assert len(out.split("\n")) == 4 and out.split("\n")[1] == ""

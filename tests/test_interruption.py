@@ -1,0 +1,42 @@
+"""SIGKILL during training at several points; the resumed run must end with the weights of an
+uninterrupted run, and `last.pt` must always be a readable checkpoint."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline import checkpoint
+
+SCRIPT = Path(__file__).with_name("toy_train.py")
+
+
+def run(out_dir: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    args = [sys.executable, str(SCRIPT), str(out_dir)] + ([kill_at] if kill_at else [])
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    assert run(out).returncode == 0
+    return torch.load(out / "final.pt")["model"]
+
+
+@pytest.mark.parametrize("kill_at", ["step:6", "validation:8", "checkpoint:12"])
+def test_killed_run_resumes_to_identical_weights(kill_at, reference, tmp_path):
+    killed = run(tmp_path, kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    last = checkpoint.load(tmp_path / "last.pt")  # readable, never half-written
+    assert last["progress"]["step"] < 16
+    resumed = run(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout
+    final = torch.load(tmp_path / "final.pt")["model"]
+    for name, weight in reference.items():
+        assert torch.equal(weight, final[name]), name

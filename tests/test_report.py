@@ -1,0 +1,253 @@
+"""The report stage on a tiny fake run it builds itself, and the re-run decoder behind the heatmaps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from datasets import Dataset, DatasetDict
+from matplotlib.image import imread
+
+from pipeline import checkpoint
+from pipeline.attention_maps import attention_map, cross_attention
+from pipeline.batching import pad
+from pipeline.config import ModelConfig, TokenizerConfig
+from pipeline.data import save_dataset_dict
+from pipeline.errors import DataError
+from pipeline.metrics import score
+from pipeline.model import Transformer
+from pipeline.report import (
+    ATTENTION_FIGSIZE,
+    DPI,
+    FIGSIZE,
+    bleu_by_length,
+    git_commit,
+    mlflow_run_id,
+    read_log,
+    seed_style,
+)
+from pipeline.tokenizer import Tokenizer, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)
+TINY = ModelConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
+EVAL_SPLITS = ("val", "test_2016_flickr", "test_2017_flickr")
+WORDS = "a man woman dog child runs walks in the park with red ball on street".split()
+GERMAN = "ein Mann Frau Hund Kind läuft geht im Park mit rotem Ball auf Straße".split()
+LOG_ROWS = [  # step, epoch, train_loss, val_loss, val_bleu, lr, tokens_per_s, wall_seconds
+    (300, 1, 6.1, 5.2, 3.5, 3.7e-4, 9000.0, 60.0),
+    (600, 1, 4.8, 4.1, 12.0, 7.5e-4, 9100.0, 120.0),
+    (900, 2, 3.9, 3.5, 21.4, 9.3e-4, 9050.0, 180.0),
+    (1200, 2, 3.4, 3.2, 27.9, 8.1e-4, 9020.0, 240.0),
+]
+
+
+def sentence(words: list[str], n: int, seed: int) -> str:
+    """A deterministic n-word sentence."""
+    return " ".join(words[(seed * 7 + 3 * i) % len(words)] for i in range(n)) + "."
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    lines = [sentence(WORDS, 4 + i % 20, i) for i in range(200)] + [
+        sentence(GERMAN, 4 + i % 20, i) for i in range(200)
+    ]
+    lines += TIME_MACHINE.read_text(encoding="utf-8").replace("\t", "\n").splitlines()
+    out = tmp_path_factory.mktemp("spm")
+    return Tokenizer.load(train_tokenizer(lines, out, TokenizerConfig(vocab_size=150, out_dir="unused")))
+
+
+def tiny_model(vocab_size: int, cfg: ModelConfig = TINY, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(cfg, vocab_size, pad_id=0).eval()
+
+
+# --------------------------------------------------------------------------- the re-run decoder
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [TINY, TINY.model_copy(update={"pre_norm": True, "tie_embeddings": False, "n_layers": 3})],
+    ids=["post-norm-tied", "pre-norm-untied"],
+)
+def test_rerun_decoder_equals_model_decode(cfg: ModelConfig) -> None:
+    model = tiny_model(50, cfg)
+    src = pad([[5, 6, 7, 8, 9, 3], [10, 11, 3]], 0)  # the second row is padded
+    tgt_in = pad([[2, 12, 13, 14], [2, 15]], 0)
+    got = cross_attention(model, src, tgt_in)
+    with torch.no_grad():
+        want = model.decode(tgt_in, model.encode(src), src)
+    torch.testing.assert_close(got.logits, want, atol=1e-5, rtol=0)
+    b, s, t = src.size(0), src.size(1), tgt_in.size(1)
+    assert got.weights.shape == (b, cfg.n_heads, t, s)
+    torch.testing.assert_close(got.weights.sum(-1), torch.ones(b, cfg.n_heads, t))
+    assert got.weights[1, :, :, 3:].abs().max() == 0  # padded source positions get no weight
+    assert got.weights.min() >= 0
+
+
+def test_attention_map_pieces_match_weights(tok: Tokenizer) -> None:
+    model = tiny_model(tok.vocab_size)
+    amap = attention_map(model, tok, "A man is walking his dog in the park.", "ein Mann im Park.")
+    assert amap.src_pieces[-1] == amap.tgt_pieces[-1] == "</s>"
+    assert amap.weights.shape == (TINY.n_heads, len(amap.tgt_pieces), len(amap.src_pieces))
+    torch.testing.assert_close(amap.weights.sum(-1), torch.ones(TINY.n_heads, len(amap.tgt_pieces)))
+
+
+# --------------------------------------------------------------------------- small pieces
+
+
+def test_bleu_by_length_buckets_and_counts() -> None:
+    lengths = [3, 10, 11, 15, 16, 25, 40]
+    en = [sentence(WORDS, n, i) for i, n in enumerate(lengths)]
+    refs = [sentence(GERMAN, 6, i) for i in range(len(en))]
+    hyps = [r if i % 2 else sentence(GERMAN, 6, i + 1) for i, r in enumerate(refs)]
+    buckets = bleu_by_length(en, hyps, refs)
+    assert [(b.name, b.count) for b in buckets] == [("≤10", 2), ("11–15", 2), ("16–20", 1), (">20", 2)]
+    assert buckets[2].bleu == pytest.approx(score(hyps[4:5], refs[4:5])["bleu"])
+    assert bleu_by_length(en[:2], hyps[:2], refs[:2])[1].bleu is None  # an empty bucket
+    with pytest.raises(DataError):
+        bleu_by_length(en, hyps[:-1], refs)
+
+
+def test_small_helpers(tmp_path: Path) -> None:
+    assert seed_style("Ein Mädchen läuft über die Straße.") == "Ein Maedchen laeuft ueber die Strasse ."
+    assert seed_style("im Park .") == "im Park ."
+    assert mlflow_run_id(tmp_path / "absent.txt") is None
+    (tmp_path / "id.txt").write_text("0123abcd\n")
+    assert mlflow_run_id(tmp_path / "id.txt") == "0123abcd"
+    assert git_commit(tmp_path) == "unknown"  # pytest's tmp_path is outside any checkout
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", git_commit(REPO))
+    (tmp_path / "log.csv").write_text("step,lr\n1,0.1\n")
+    with pytest.raises(DataError, match="missing columns"):
+        read_log(tmp_path / "log.csv")
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
+    """params.yaml, corpus, model, translations, metrics, log and summary of a tiny fake run."""
+    paths = {
+        "model": root / "models" / "transformer" / "model.pt",
+        "time_machine": TIME_MACHINE,
+        "translations": root / "reports" / "translations",
+        "metrics": root / "reports" / "metrics.json",
+        "log": root / "reports" / "train_log.csv",
+        "summary": root / "reports" / "train_summary.json",
+        "mlflow": root / "reports" / "mlflow_run_id.txt",
+        "report": root / "reports" / "README.md",
+        "figures": root / "reports" / "figures",
+    }
+    params = {
+        "download": {"out_dir": "data/multi30k"},
+        "tokenizer": {"out_dir": "spm"},
+        "decode": {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 5, "batch_size": 8},
+    }
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    (root / "spm").mkdir()
+    (root / "spm" / "spm.model").write_bytes(tok.sp.serialized_model_proto())
+    lengths = [4, 8, 12, 14, 18, 23, 30, 6]
+    split = {"en": [sentence(WORDS, n, i) for i, n in enumerate(lengths)]}
+    split["de"] = [sentence(GERMAN, max(3, n - 2), i) for i, n in enumerate(lengths)]
+    save_dataset_dict(
+        DatasetDict({s: Dataset.from_dict(split) for s in ("train", *EVAL_SPLITS)}),
+        root / "data" / "multi30k",
+    )
+    model = tiny_model(tok.vocab_size)
+    state = {"model": model.state_dict(), "model_cfg": TINY.model_dump(), "vocab_size": tok.vocab_size}
+    checkpoint.save(
+        paths["model"], state | {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
+    )
+    hyps = [sentence(GERMAN, n, i + 1) for i, n in enumerate(lengths)]
+    metrics = {}
+    for s in EVAL_SPLITS:
+        (paths["translations"]).mkdir(parents=True, exist_ok=True)
+        (paths["translations"] / f"{s}.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        metrics[s] = score(hyps, split["de"])
+    paths["metrics"].write_text(json.dumps(metrics))
+    with open(paths["log"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            ["step", "epoch", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "wall_seconds"]
+        )
+        w.writerows(LOG_ROWS)
+    summary = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": 1200,
+        "epochs": 2,
+        "wall_seconds": 240.0,
+        "mean_tokens_per_s": 9042.5,
+        "device": "cpu",
+        "bf16": False,
+        "threads": 1,
+        "torch": torch.__version__,
+        "cpu": "x86_64",
+        "final_model": {"source": "best", "val_bleu": 27.9},
+        "model": TINY.model_dump(),
+        "optim": {"peak_lr": 0.001, "warmup_steps": 800},
+    }
+    paths["summary"].write_text(json.dumps(summary))
+    return paths
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) in pixels, and the image must not be blank."""
+    pixels = imread(path)
+    assert pixels[..., :3].var() > 1e-3, f"{path.name} looks blank"
+    return pixels.shape[1], pixels.shape[0]
+
+
+def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypatch) -> None:
+    from stages import report as stage
+
+    paths = write_fake_run(tmp_path, tok)
+    monkeypatch.chdir(tmp_path)  # params.yaml and relative params paths; outside git
+    args = [paths[k] for k in ("model", "time_machine", "translations", "metrics", "log", "summary")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stage.main(*args, paths["mlflow"], paths["report"], paths["figures"])
+    assert not [w for w in caught if "Glyph" in str(w.message)], "a piece's character has no glyph"
+
+    figures = paths["figures"]
+    line_size = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
+    attention_size = (round(ATTENTION_FIGSIZE[0] * DPI), round(ATTENTION_FIGSIZE[1] * DPI))
+    expected = {
+        "loss.png": line_size,
+        "val_bleu.png": line_size,
+        "lr.png": line_size,
+        "bleu_by_length.png": line_size,
+        "attention_01.png": attention_size,
+        "attention_08.png": attention_size,
+        "attention_12.png": attention_size,
+    }
+    assert sorted(p.name for p in figures.iterdir()) == sorted(expected)
+    for name, size in expected.items():
+        assert image_size(figures / name) == size, name
+
+    page = paths["report"].read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)]+)\)", page)
+    assert {f"figures/{name}" for name in expected} <= set(links)
+    for link in links:
+        assert not link.startswith("/") and (paths["report"].parent / link).is_file(), link
+    assert "not tracked" in page and "`unknown`" in page
+    assert "~33.5" in page and "BLEU" in page and "chrF" in page
+    for s in EVAL_SPLITS:
+        assert f"| {s} |" in page
+    assert (
+        "| ≤10 | 3 |" in page
+        and "| 11–15 | 2 |" in page
+        and "| 16–20 | 1 |" in page
+        and "| >20 | 2 |" in page
+    )
+    table = [line for line in page.splitlines() if re.match(r"\| \d+ \| .* \| [\d.]+ \| [\d.]+ \|$", line)]
+    assert len(table) == 20  # one row per time-machine sentence, with both chrF columns
+
+    paths["mlflow"].write_text("abc123\n")
+    stage.main(*args, paths["mlflow"], paths["report"], paths["figures"])
+    assert "`abc123`" in paths["report"].read_text(encoding="utf-8")
