@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train import make_trainer  # tests/ is on sys.path (pytest rootdir-less import)
 
 from pipeline import checkpoint
 from pipeline.cli import main as translate_main
@@ -215,3 +216,17 @@ def test_translate_reads_stdin(tiny, capsys, monkeypatch):
     code, out, err = translate(tiny, capsys)
     assert code == 0, err
     assert len(out.split("\n")) == 4 and out.split("\n")[1] == ""
+
+
+# ---- training -------------------------------------------------------------------------------
+def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys):
+    t = make_trainer(tmp_path, max_steps=8)
+    t.run()
+    before = (tmp_path / "last.pt").read_bytes()
+    t2 = make_trainer(tmp_path, max_steps=16)
+    with torch.no_grad():
+        t2.model.src_embed.weight.fill_(float("nan"))
+    t2.try_resume = lambda: False  # train the poisoned weights from scratch
+    code, _, err = run_entry(t2.run, capsys)
+    assert code != 0 and err.count("\n") == 1 and "loss is nan" in err and "last.pt" in err
+    assert (tmp_path / "last.pt").read_bytes() == before

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from pipeline.config import ModelConfig, OptimConfig
-from pipeline.errors import PipelineError
 from pipeline.model import Transformer
 from pipeline.train import Trainer, inverse_sqrt_lr, label_smoothed_loss, validation_loss
 
@@ -86,19 +85,6 @@ def test_training_lowers_loss_and_keeps_checkpoints(tmp_path):
     assert {"last.pt", "best.pt"} <= {p.name for p in tmp_path.iterdir()}
     assert len(progress.kept) == 2 and all((tmp_path / k).exists() for k in progress.kept)
     assert not list(tmp_path.glob("*.tmp"))
-
-
-def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path):
-    t = make_trainer(tmp_path, max_steps=8)
-    t.run()
-    before = (tmp_path / "last.pt").read_bytes()
-    t2 = make_trainer(tmp_path, max_steps=16)
-    with torch.no_grad():
-        t2.model.src_embed.weight.fill_(float("nan"))
-    t2.try_resume = lambda: False  # train the poisoned weights from scratch
-    with pytest.raises(PipelineError, match="loss is nan"):
-        t2.run()
-    assert (tmp_path / "last.pt").read_bytes() == before
 
 
 def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
