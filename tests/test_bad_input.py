@@ -227,6 +227,9 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys)
     with torch.no_grad():
         t2.model.src_embed.weight.fill_(float("nan"))
     t2.try_resume = lambda: False  # train the poisoned weights from scratch
+    capsys.readouterr()  # drop the first run's progress bar
     code, _, err = run_entry(t2.run, capsys)
-    assert code != 0 and err.count("\n") == 1 and "loss is nan" in err and "last.pt" in err
+    assert code != 0 and err.count("error: ") == 1  # stderr also carries the progress bar
+    message = err[err.index("error: ") :].splitlines()[0]
+    assert "loss is nan" in message and "last.pt" in message
     assert (tmp_path / "last.pt").read_bytes() == before
