@@ -2,7 +2,7 @@
 
 Usage: `python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD`
 (dvc.yaml passes the paths). Reads params `decode`, `download.out_dir` and `tokenizer.out_dir`.
-Writes `<TRANSLATIONS_DIR>/<split>.de` (one line per source line) for each evaluation split, and
+Writes `<TRANSLATIONS_DIR>/<split>.hyp.de` (one line per source line) for each evaluation split, and
 TIME_MACHINE_MD: our German for the seed's 20 sentences beside the seed's pre-computed German.
 Decodes on CUDA when available, else on the CPU.
 """
@@ -29,8 +29,9 @@ TIME_MACHINE_HEADER = ["en", "seed_de"]
 
 
 def translation_path(out_dir: Path, split: str) -> Path:
-    """Where a split's German translations live: `<out_dir>/<split>.de`."""
-    return out_dir / f"{split}.de"
+    """Where a split's German translations live: `<out_dir>/<split>.hyp.de` (`<split>.de` is the
+    corpus's own file name, which must never be committed)."""
+    return out_dir / f"{split}.hyp.de"
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

@@ -1,7 +1,7 @@
 """DVC stage `score`: sacreBLEU BLEU and chrF of the `decode` stage's translations.
 
 Usage: `python -m stages.score TRANSLATIONS_DIR METRICS_JSON` (dvc.yaml passes the paths). Reads
-`<TRANSLATIONS_DIR>/<split>.de` for each evaluation split and the German references from the
+`<TRANSLATIONS_DIR>/<split>.hyp.de` for each evaluation split and the German references from the
 corpus at `download.out_dir`; writes METRICS_JSON as
 `{"<split>": {"bleu", "chrf", "bleu_signature", "chrf_signature"}}`.
 """

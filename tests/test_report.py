@@ -33,6 +33,7 @@ from pipeline.report import (
     seed_style,
 )
 from pipeline.tokenizer import Tokenizer, train_tokenizer
+from stages.decode import translation_path
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)
@@ -168,7 +169,9 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
     metrics = {}
     for s in EVAL_SPLITS:
         (paths["translations"]).mkdir(parents=True, exist_ok=True)
-        (paths["translations"] / f"{s}.de").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        translation_path(paths["translations"], s).write_text(
+            "".join(h + "\n" for h in hyps), encoding="utf-8"
+        )
         metrics[s] = score(hyps, split["de"])
     paths["metrics"].write_text(json.dumps(metrics))
     with open(paths["log"], "w", newline="") as f:

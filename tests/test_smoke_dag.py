@@ -61,7 +61,7 @@ def test_smoke_dag_runs_end_to_end(tmp_path):
     for split, m in metrics.items():
         assert 0.0 <= m["bleu"] <= 100.0 and 0.0 <= m["chrf"] <= 100.0
         assert m["bleu_signature"].startswith("nrefs:1")
-        lines = (work / f"reports/translations/{split}.de").read_text().split("\n")
+        lines = (work / f"reports/translations/{split}.hyp.de").read_text().split("\n")
         assert len(lines) - 1 == 40  # one line per source line (max_eval_pairs), trailing newline
     assert (work / "reports/time_machine.md").read_text().count("\n|") >= 21
     assert json.loads((work / "reports/warmup.json").read_text())["threshold"] == 0.0
