@@ -201,3 +201,12 @@ def markdown(data: dict) -> str:
         if key.endswith("_detail") and rows:
             lines += ["", f"## {key}", "", *table(rows)]
     return "\n".join(lines) + "\n"
+
+
+@torch.no_grad()
+def copy_embeddings(dst: torch.nn.Module, ours: Transformer) -> None:
+    """Copy our embeddings (and untied output projection) into a baseline with the same attribute names."""
+    dst.src_embed.weight.copy_(ours.src_embed.weight)
+    dst.tgt_embed.weight.copy_(ours.tgt_embed.weight)
+    if ours.out_proj is not None:
+        dst.out_proj.weight.copy_(ours.out_proj.weight)

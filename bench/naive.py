@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bench.common import copy_embeddings
 from pipeline.config import ModelConfig
 from pipeline.model import Transformer
 
@@ -166,10 +167,7 @@ def _copy_attention(dst: NaiveAttention, src) -> None:
 def from_ours(ours: Transformer) -> NaiveTransformer:
     """A `NaiveTransformer` computing the same function as `ours` (same weights)."""
     naive = NaiveTransformer(ours.cfg, ours.vocab_size, ours.pad_id)
-    naive.src_embed.weight.copy_(ours.src_embed.weight)
-    naive.tgt_embed.weight.copy_(ours.tgt_embed.weight)
-    if ours.out_proj is not None:
-        naive.out_proj.weight.copy_(ours.out_proj.weight)
+    copy_embeddings(naive, ours)
     pairs = [*zip(naive.encoder, ours.encoder, strict=True), *zip(naive.decoder, ours.decoder, strict=True)]
     for dst, src in pairs:
         _copy_attention(dst.self_attn, src.self_attn)

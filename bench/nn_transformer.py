@@ -16,6 +16,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from bench.common import copy_embeddings
 from pipeline.config import ModelConfig
 from pipeline.model import MultiHeadAttention, Transformer, sinusoid_positions
 
@@ -102,10 +103,7 @@ def _copy_layer(dst: nn.Module, src: nn.Module) -> None:
 def from_ours(ours: Transformer) -> TorchTransformer:
     """A `TorchTransformer` computing the same function as `ours` (same weights)."""
     model = TorchTransformer(ours.cfg, ours.vocab_size, ours.pad_id)
-    model.src_embed.weight.copy_(ours.src_embed.weight)
-    model.tgt_embed.weight.copy_(ours.tgt_embed.weight)
-    if ours.out_proj is not None:
-        model.out_proj.weight.copy_(ours.out_proj.weight)
+    copy_embeddings(model, ours)
     for dst, src in zip(model.core.encoder.layers, ours.encoder, strict=True):
         _copy_layer(dst, src)
     for dst, src in zip(model.core.decoder.layers, ours.decoder, strict=True):

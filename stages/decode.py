@@ -21,6 +21,7 @@ from pipeline.data import SPLITS, TRAIN_SPLIT, load_corpus
 from pipeline.device import pick_device
 from pipeline.errors import CheckpointError, DataError, run_main
 from pipeline.io import write_text
+from pipeline.model import Transformer
 from pipeline.search import translate
 from pipeline.tokenizer import Tokenizer
 
@@ -84,14 +85,24 @@ def time_machine_markdown(en: list[str], ours: list[str], seed_de: list[str], cf
     return "\n".join(lines) + "\n"
 
 
+def load_translator(model_path: Path, tok: Tokenizer) -> Transformer:
+    """The checkpoint's model, checked against the tokenizer (vocabulary size and special ids).
+
+    Raises:
+        CheckpointError: unreadable checkpoint, or a vocabulary / special-id mismatch.
+    """
+    model, state = load_model(model_path, vocab_size=tok.vocab_size)
+    if (state["bos_id"], state["eos_id"], state["pad_id"]) != (tok.bos_id, tok.eos_id, tok.pad_id):
+        raise CheckpointError(f"{model_path}: special ids differ from the tokenizer's")
+    return model
+
+
 def main(model_path: Path, time_machine_tsv: Path, out_dir: Path, time_machine_md: Path) -> None:
     datasets.disable_progress_bars()
     params = load_params()
     cfg, device, progress = params.decode, pick_device("auto"), sys.stderr.isatty()
     tok = Tokenizer.load(Path(params.tokenizer.out_dir) / "spm.model")
-    model, state = load_model(model_path, vocab_size=tok.vocab_size)
-    if (state["bos_id"], state["eos_id"], state["pad_id"]) != (tok.bos_id, tok.eos_id, tok.pad_id):
-        raise CheckpointError(f"{model_path}: special ids differ from the tokenizer's")
+    model = load_translator(model_path, tok)
     corpus = load_corpus(params.download.out_dir)
     for split in EVAL_SPLITS:
         hyps = translate(model, tok, corpus[split]["en"], cfg, device, progress)

@@ -15,13 +15,12 @@ from pathlib import Path
 import datasets
 
 from pipeline import report
-from pipeline.checkpoint import load_model
 from pipeline.config import load_params
 from pipeline.data import load_corpus
 from pipeline.device import pick_device
-from pipeline.errors import CheckpointError, run_main
+from pipeline.errors import run_main
 from pipeline.tokenizer import Tokenizer
-from stages.decode import EVAL_SPLITS, detokenize_en, read_time_machine, translation_path
+from stages.decode import EVAL_SPLITS, detokenize_en, load_translator, read_time_machine, translation_path
 from stages.score import read_lines
 
 BUCKET_SPLIT = "test_2016_flickr"
@@ -41,9 +40,7 @@ def main(
     datasets.disable_progress_bars()
     params = load_params()
     tok = Tokenizer.load(Path(params.tokenizer.out_dir) / "spm.model")
-    model, state = load_model(model_path, vocab_size=tok.vocab_size)
-    if (state["bos_id"], state["eos_id"], state["pad_id"]) != (tok.bos_id, tok.eos_id, tok.pad_id):
-        raise CheckpointError(f"{model_path}: special ids differ from the tokenizer's")
+    model = load_translator(model_path, tok)
     test = load_corpus(params.download.out_dir)[BUCKET_SPLIT]
     en, seed_de = read_time_machine(time_machine_tsv)
     inputs = report.ReportInputs(
