@@ -109,14 +109,38 @@ class WarmupTrainConfig(Section):
     threshold: float = Field(default=0.99, ge=0.0, le=1.0)
 
 
+class DistConfig(Section):
+    """Stage `train` under `torchrun` (DistributedDataParallel). 1 × 1 = one plain process."""
+
+    nproc_per_node: int = Field(default=1, gt=0)  # processes (GPUs) per machine
+    nnodes: int = Field(default=1, gt=0)  # machines; > 1 needs rdzv_endpoint
+    rdzv_endpoint: str | None = None  # host:port of the rendezvous (node 0), multi-node only
+    rdzv_id: str = "mt-train"  # the same on every node of one job
+
+    @model_validator(mode="after")
+    def _endpoint_for_nodes(self) -> DistConfig:
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint (host:port of node 0)")
+        return self
+
+
 class TrainConfig(Section):
     """Stage `train`: the Transformer on Multi30k."""
 
     model: ModelConfig = ModelConfig()
     optim: OptimConfig = OptimConfig()
+    dist: DistConfig = DistConfig()
     max_len: int = Field(default=128, gt=0)  # pieces; longer training pairs are skipped
     val_max_sentences: int | None = Field(default=None, gt=0)  # cap greedy-BLEU cost
+
+
+class MlflowConfig(Section):
+    """MLflow tracking of `train`, `decode` and `score` (URI: env MLFLOW_TRACKING_URI, else
+    `sqlite:///<repository root>/mlflow.db`)."""
+
+    enabled: bool = True
     experiment: str = "multi30k-en-de"
+    model_name: str = "multi30k-en-de-transformer"  # registered model of the final translators
 
 
 class DecodeConfig(Section):
@@ -138,6 +162,7 @@ class Params(Section):
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+    mlflow: MlflowConfig = MlflowConfig()
 
 
 def _one_line(err: ValidationError, path: Path) -> str:
@@ -158,6 +183,10 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     try:

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pipeline.metrics import score, sentence_chrf  # noqa: E402
 from pipeline.model import Transformer  # noqa: E402
 from pipeline.search import translate  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
+from pipeline.tracking import git_commit, read_run_id  # noqa: E402, F401 (re-exported)
 
 DPI = 100
 FIGSIZE = (8.0, 4.5)  # inches: 800 x 450 px
@@ -86,24 +86,6 @@ def read_log(path: Path) -> list[dict[str, float]]:
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
-
-
-def git_commit(cwd: str | Path = ".") -> str:
-    """`git rev-parse HEAD` in `cwd`, or "unknown" outside a git checkout (or without git)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
-
-
-def mlflow_run_id(path: Path) -> str | None:
-    """The MLflow run id stored in `path` (first line), or None when the file is absent or empty."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
-    return text.splitlines()[0].strip() if text else None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,13 @@ Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule
 (Vaswani et al. 2017, §5.3), gradient clipping and accumulation, bf16 autocast where it
 pays, periodic validation, atomic `last.pt`/`best.pt`, exact resume, early stopping,
 wall-clock and step budgets, and averaging of the last N checkpoints.
+
+Under `torchrun` (see `pipeline.distributed`) the model is wrapped in DistributedDataParallel:
+each optimizer step takes the next `accum_steps × world size` batches of the seeded order and
+rank r trains on every world-size-th of them, so the ranks see disjoint batches and the step is
+the one a single process would take with `accum_steps × world size` micro-batches. Rank 0
+alone validates, decides when to stop (broadcast to all), and writes checkpoints, the log,
+tracking records and progress output.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from pipeline import checkpoint
 from pipeline.batching import Pair, collate, make_batches
 from pipeline.config import OptimConfig
 from pipeline.device import autocast
+from pipeline.distributed import World
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_path
 from pipeline.model import Transformer
@@ -93,6 +102,7 @@ class Trainer:
 
     `score_name` is the validation key that selects `best.pt` (higher is better).
     `fingerprint` identifies the run's inputs; `last.pt` resumes only when it matches.
+    `world` is this process's rank among the data-parallel processes (default: alone).
     """
 
     model: Transformer
@@ -109,9 +119,14 @@ class Trainer:
     device: torch.device = torch.device("cpu")
     use_bf16: bool = False
     tracker: Tracker = field(default_factory=NullTracker)
+    world: World = field(default_factory=World)
 
     def __post_init__(self) -> None:
         self.model.to(self.device)
+        self.net = self.model  # what the forward pass runs: DDP's wrapper under torchrun
+        if self.world.size > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.net = DistributedDataParallel(self.model, device_ids=ids)
         cfg = self.cfg
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9
@@ -159,41 +174,47 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         self.progress = Progress(**state["progress"])
+        if self.world.rank:  # rank 0's RNG state was saved; the others need dropout of their own
+            seed_everything(self.cfg.seed + 1000 * self.world.rank + self.progress.step)
         print(f"resuming from {path} at step {self.progress.step}")
         return True
 
     def keep_for_averaging(self) -> None:
         """Save `step<N>.pt` and drop the oldest beyond `average_last`."""
         name = f"step{self.progress.step:07d}.pt"
-        checkpoint.save(self.out_dir / name, self.state())
+        self.save(name)
         kept = self.progress.kept + [name]
         for old in kept[: -self.cfg.average_last]:
             (self.out_dir / old).unlink(missing_ok=True)
         self.progress.kept = kept[-self.cfg.average_last :]
 
     # ---- one step ----------------------------------------------------------------
-    def micro_batch_loss(self, batch: list[int]) -> tuple[Tensor, int]:
+    def micro_batch_loss(self, batch: list[int]) -> Tensor:
+        """Summed label-smoothed loss (nats) of one batch of pair indices."""
         src, tgt_in, tgt_out = (
             t.to(self.device)
             for t in collate([self.pairs[i] for i in batch], self.model.pad_id, self.bos_id, self.eos_id)
         )
         with autocast(self.device, self.use_bf16):
-            logits = self.model(src, tgt_in)
-        loss = label_smoothed_loss(
+            logits = self.net(src, tgt_in)
+        return label_smoothed_loss(
             logits.flatten(0, 1), tgt_out.flatten(), self.model.pad_id, self.cfg.label_smoothing
         )
-        return loss, int((tgt_out != self.model.pad_id).sum())
 
     def train_step(self, batches: list[list[int]]) -> tuple[float, int]:
-        """One optimizer step over `accum_steps` micro-batches. Returns (loss per token, tokens)."""
+        """One optimizer step over this rank's micro-batches. Returns (loss per target token,
+        target tokens), both over all ranks."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        n_tokens = sum(int(sum(len(self.pairs[i][1]) + 1 for i in b)) for b in batches)
+        local_tokens = sum(len(self.pairs[i][1]) + 1 for b in batches for i in b)
+        n_tokens = int(self.world.sum(local_tokens))
         total = 0.0
         for batch in batches:
-            loss, _ = self.micro_batch_loss(batch)
-            (loss / n_tokens).backward()
+            loss = self.micro_batch_loss(batch)
+            # DDP averages gradients over ranks; × size makes the sum over all ranks' tokens
+            (loss * self.world.size / n_tokens).backward()
             total += loss.item()
+        total = self.world.sum(total)
         if not math.isfinite(total):
             raise PipelineError(
                 f"train: loss is {total} at step {self.progress.step + 1}; "
@@ -212,16 +233,17 @@ class Trainer:
         return self._order[1]
 
     def next_batches(self) -> list[list[int]]:
-        """The next `accum_steps` batches in the seeded order, crossing epochs."""
+        """This rank's share of the next `accum_steps × world size` batches in the seeded order
+        (crossing epochs): every world-size-th batch, starting at its rank."""
         p, out = self.progress, []
-        while len(out) < self.cfg.accum_steps:
+        while len(out) < self.cfg.accum_steps * self.world.size:
             order = self.epoch_batches(p.epoch)
             if p.batch_in_epoch >= len(order):
                 p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                 continue
             out.append(order[p.batch_in_epoch])
             p.batch_in_epoch += 1
-        return out
+        return out[self.world.rank :: self.world.size]
 
     def budget_left(self, started: float) -> bool:
         """Steps and wall-clock time left? `started` is the run's start, moved back by the wall
@@ -234,27 +256,34 @@ class Trainer:
         if not self.try_resume():
             seed_everything(self.cfg.seed)
         p, started, window = self.progress, time.time() - self.progress.wall_seconds, _Window()
-        bar = tqdm(initial=p.step, total=self.cfg.max_steps, desc="train", mininterval=2, dynamic_ncols=True)
-        while self.budget_left(started) and p.bad_validations < self.cfg.patience:
-            loss, n_tokens = self.train_step(self.next_batches())
-            p.step += 1
-            window.add(loss, n_tokens)
-            lr = self.scheduler.get_last_lr()[0]
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window.tokens_per_second():.0f}")
-            if p.step % 50 == 0:
-                self.tracker.log_metrics(
-                    {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()},
-                    p.step,
-                )
-            if p.step % self.cfg.val_every == 0:
-                p.wall_seconds = time.time() - started
-                self.validation(window, lr)
-        bar.close()
-        if p.step % self.cfg.val_every:  # validate the final weights too
+        main = self.world.is_main
+        bar = tqdm(
+            initial=p.step, total=self.cfg.max_steps, desc="train", mininterval=2, dynamic_ncols=True,
+            disable=not main,
+        )  # fmt: skip
+        try:
+            while self.world.rank0_says(self.budget_left(started) and p.bad_validations < self.cfg.patience):
+                loss, n_tokens = self.train_step(self.next_batches())
+                p.step += 1
+                window.add(loss, n_tokens)
+                lr = self.scheduler.get_last_lr()[0]
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window.tokens_per_second():.0f}")
+                if p.step % 50 == 0 and main:
+                    self.tracker.log_metrics(
+                        {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()},
+                        p.step,
+                    )
+                if p.step % self.cfg.val_every == 0 and main:
+                    p.wall_seconds = time.time() - started
+                    self.validation(window, lr)
+        finally:
+            bar.close()  # before any error message, so it gets a line of its own
+        if main and p.step % self.cfg.val_every:  # validate the final weights too
             p.wall_seconds = time.time() - started
             self.validation(_Window() if window.empty() else window, self.scheduler.get_last_lr()[0])
-        write_log(p.log, self.log_path)  # also when a resumed run had nothing left to do
+        if main:
+            write_log(p.log, self.log_path)  # also when a resumed run had nothing left to do
         return p
 
     def validation(self, window: _Window, lr: float) -> None:
@@ -264,7 +293,7 @@ class Trainer:
         row = {"step": p.step, "epoch": p.epoch, "train_loss": window.loss(), **metrics, "lr": lr}
         row |= {"tokens_per_s": window.tokens_per_second(), "wall_seconds": round(p.wall_seconds, 1)}
         p.log.append(row)
-        self.tracker.log_metrics({k: v for k, v in metrics.items()}, p.step)
+        self.tracker.log_metrics(metrics, p.step)
         tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
         if score > p.best_score:
             p.best_score, p.bad_validations = score, 0

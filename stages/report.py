@@ -54,7 +54,7 @@ def main(
         bucket_hyps=read_lines(translation_path(translations_dir, BUCKET_SPLIT)),
         bucket_refs=test["de"],
         git_commit=report.git_commit(),
-        mlflow_run_id=report.mlflow_run_id(mlflow_run_id),
+        mlflow_run_id=report.read_run_id(mlflow_run_id),
         links={
             "metrics": metrics_json,
             "training log": train_log,

@@ -16,12 +16,14 @@ from pipeline import numpy_ref as ref
 from pipeline.config import ModelConfig
 from pipeline.model import (
     DecoderLayer,
+    Dropout,
     EncoderLayer,
     FeedForward,
     MultiHeadAttention,
     Transformer,
     attention,
     attention_explicit,
+    dropout,
     sinusoid_positions,
 )
 
@@ -246,14 +248,20 @@ def test_attention_weights_rows_padding_and_fully_masked_rows():
 def test_fully_masked_row_has_finite_gradients():
     q, k, v = (rand(1, 1, 3, 4, seed=i).requires_grad_() for i in range(3))
     mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
-    for fn in (attention, lambda *a: attention_explicit(*a)[0]):
+    for fn in (attention, lambda *a: attention_explicit(*a)[0], sdpa):
         q.grad = k.grad = v.grad = None
         fn(q, k, v, mask).sum().backward()
         assert all(t.grad.isfinite().all() for t in (q, k, v))
 
 
+def sdpa(q, k, v, mask):
+    """The fused kernel `attention` uses on CUDA."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 @pytest.mark.parametrize("kind", ["none", "padding", "causal", "causal+padding"])
 def test_fused_attention_equals_explicit(kind):
+    """`attention` runs the fused kernel on CUDA and the explicit math on CPU: both agree."""
     b, h, t, e = 3, 4, 7, 16
     q, k, v = (rand(b, h, t, e, seed=i, dtype=torch.float32) for i in range(3))
     mask = None
@@ -262,9 +270,29 @@ def test_fused_attention_equals_explicit(kind):
     if "causal" in kind:
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         mask = causal if mask is None else mask & causal
-    torch.testing.assert_close(
-        attention(q, k, v, mask), attention_explicit(q, k, v, mask)[0], rtol=1e-5, atol=1e-5
-    )
+    want = attention_explicit(q, k, v, mask)[0]
+    torch.testing.assert_close(sdpa(q, k, v, mask), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(attention(q, k, v, mask), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.15, 0.5])
+def test_dropout_rate_scale_and_gradient(p):
+    torch.manual_seed(0)
+    x = torch.ones(400, 500, requires_grad=True)
+    y = dropout(x, p)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - p) < 0.005  # 200k draws: std of the rate ~0.0008
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))  # gradient flows through kept only
+    assert not torch.equal(kept, dropout(x, p) != 0)  # a fresh mask each call
+
+
+def test_dropout_module_is_identity_in_eval_and_p0():
+    x = torch.randn(3, 5)
+    layer = Dropout(0.3).eval()
+    assert layer(x) is x and dropout(x, 0.0) is x
+    assert not torch.equal(layer.train()(x), x)
 
 
 # ---------------------------------------------------------------- whole-model behaviour

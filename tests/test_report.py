@@ -28,8 +28,8 @@ from pipeline.report import (
     FIGSIZE,
     bleu_by_length,
     git_commit,
-    mlflow_run_id,
     read_log,
+    read_run_id,
     seed_style,
 )
 from pipeline.tokenizer import Tokenizer, train_tokenizer
@@ -119,9 +119,9 @@ def test_bleu_by_length_buckets_and_counts() -> None:
 def test_small_helpers(tmp_path: Path) -> None:
     assert seed_style("Ein Mädchen läuft über die Straße.") == "Ein Maedchen laeuft ueber die Strasse ."
     assert seed_style("im Park .") == "im Park ."
-    assert mlflow_run_id(tmp_path / "absent.txt") is None
+    assert read_run_id(tmp_path / "absent.txt") is None
     (tmp_path / "id.txt").write_text("0123abcd\n")
-    assert mlflow_run_id(tmp_path / "id.txt") == "0123abcd"
+    assert read_run_id(tmp_path / "id.txt") == "0123abcd"
     assert git_commit(tmp_path) == "unknown"  # pytest's tmp_path is outside any checkout
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", git_commit(REPO))
     (tmp_path / "log.csv").write_text("step,lr\n1,0.1\n")

@@ -1,0 +1,93 @@
+"""Data-parallel training on CPU (gloo): 2 processes under torchrun against 1 process with the
+same global batch; rank 0 alone writes; a resumed 2-process run continues from its step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import DistConfig
+from pipeline.distributed import torchrun_command
+
+SCRIPT = Path(__file__).with_name("toy_ddp.py")
+
+
+def run(out: Path, steps: int, accum: int, nproc: int = 1) -> subprocess.CompletedProcess:
+    args = [str(SCRIPT), str(out), str(steps), str(accum)]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        cmd += args
+    else:
+        cmd = [sys.executable, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _env() -> dict:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def losses(out: Path, rank: int = 0) -> list[float]:
+    return json.loads((out / f"rank{rank}.json").read_text())["losses"]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> Path:
+    """One process, 2 micro-batches per step: the same global batch as 2 ranks × 1."""
+    out = tmp_path_factory.mktemp("single")
+    run(out, steps=8, accum=2)
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_with_the_same_global_batch(single, tmp_path):
+    run(tmp_path, steps=8, accum=1, nproc=2)
+    want = losses(single)
+    assert len(want) == 8
+    for rank in (0, 1):
+        assert losses(tmp_path, rank) == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_only_rank_zero_writes(single, tmp_path):
+    run(tmp_path, steps=8, accum=1, nproc=2)
+    written = {r: json.loads((tmp_path / f"rank{r}.json").read_text())["written"] for r in (0, 1)}
+    assert written[1] == []
+    one_process = json.loads((single / "rank0.json").read_text())["written"]
+    assert written[0] == one_process  # same checkpoints and logs, once each, in the same order
+    assert written[0].count("log.csv") >= 1 and "last.pt" in written[0]
+
+
+@pytest.mark.slow
+def test_resumed_two_process_run_continues_from_the_saved_step(single, tmp_path):
+    run(tmp_path, steps=4, accum=1, nproc=2)
+    resumed = run(tmp_path, steps=8, accum=1, nproc=2)
+    assert "resuming from" in resumed.stdout and "at step 4" in resumed.stdout
+    assert losses(tmp_path) == pytest.approx(losses(single)[4:], abs=1e-4)
+
+
+def test_torchrun_command_single_and_multi_node():
+    one = torchrun_command(DistConfig(nproc_per_node=4), "stages.train", ["a"])
+    assert one[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=4",
+        "--standalone",
+        "-m",
+        "stages.train",
+        "a",
+    ]
+    multi = torchrun_command(
+        DistConfig(nproc_per_node=8, nnodes=2, rdzv_endpoint="node0:29500", rdzv_id="job7"),
+        "stages.train",
+        [],
+    )
+    assert "--nnodes=2" in multi and "--rdzv-endpoint=node0:29500" in multi and "--rdzv-id=job7" in multi
+    assert "--standalone" not in multi
