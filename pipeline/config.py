@@ -113,14 +113,14 @@ class DistConfig(Section):
     """Stage `train` under `torchrun` (DistributedDataParallel). 1 × 1 = one plain process."""
 
     nproc_per_node: int = Field(default=1, gt=0)  # processes (GPUs) per machine
-    nnodes: int = Field(default=1, gt=0)  # machines; > 1 needs rdzv_endpoint
-    rdzv_endpoint: str | None = None  # host:port of the rendezvous (node 0), multi-node only
-    rdzv_id: str = "mt-train"  # the same on every node of one job
+    nnodes: int = Field(default=1, gt=0)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
+    master_addr: str | None = None  # host name or address of node 0, multi-node only
+    master_port: int = Field(default=29500, gt=0, lt=65536)
 
     @model_validator(mode="after")
-    def _endpoint_for_nodes(self) -> DistConfig:
-        if self.nnodes > 1 and not self.rdzv_endpoint:
-            raise ValueError("nnodes > 1 needs rdzv_endpoint (host:port of node 0)")
+    def _address_for_nodes(self) -> DistConfig:
+        if self.nnodes > 1 and not self.master_addr:
+            raise ValueError("nnodes > 1 needs master_addr (the address of node 0)")
         return self
 
 

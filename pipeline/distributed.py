@@ -60,9 +60,10 @@ def under_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init(device: torch.device) -> tuple[World, torch.device]:
+def init(device: torch.device, threads: int | None = None) -> tuple[World, torch.device]:
     """Join the process group when under torchrun; returns the world and this rank's device
-    (`cuda:<local rank>` on GPU). CPU ranks split the cores between the node's processes."""
+    (`cuda:<local rank>` on GPU). CPU ranks use `threads` threads each, by default an equal share
+    of the node's cores."""
     if not under_torchrun():
         return World(), device
     world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
@@ -72,7 +73,7 @@ def init(device: torch.device) -> tuple[World, torch.device]:
         dist.init_process_group("nccl")
     else:
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // per_node))
         dist.init_process_group("gloo")
     return world, device
 
@@ -86,9 +87,9 @@ def close() -> None:
 def torchrun_command(cfg: DistConfig, module: str, args: list[str]) -> list[str]:
     """The `torchrun` command line that runs `python -m module args` in `cfg`'s processes.
 
-    One node: `--standalone` (a local rendezvous). Several: c10d rendezvous at
-    `cfg.rdzv_endpoint`; each node runs the same command (torchrun reads the node's rank from
-    the rendezvous; env PET_NODE_RANK etc. override as usual).
+    One node: `--standalone` (a local rendezvous). Several: a static rendezvous at
+    `cfg.master_addr:cfg.master_port` with `--node-rank` from env NODE_RANK (0 when unset), so the
+    node started with NODE_RANK=0 holds global rank 0, the one that writes every file.
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}"]
     if cfg.nnodes == 1:
@@ -96,9 +97,9 @@ def torchrun_command(cfg: DistConfig, module: str, args: list[str]) -> list[str]
     else:
         cmd += [
             f"--nnodes={cfg.nnodes}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={cfg.rdzv_endpoint}",
-            f"--rdzv-id={cfg.rdzv_id}",
+            f"--node-rank={os.environ.get('NODE_RANK', '0')}",
+            f"--master-addr={cfg.master_addr}",
+            f"--master-port={cfg.master_port}",
         ]
     return cmd + ["-m", module, *args]
 

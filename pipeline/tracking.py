@@ -146,13 +146,17 @@ def start_train_run(
     tags: Mapping[str, str],
 ) -> MlflowTracker:
     """The MLflow run of a `train` stage run: the one in `resume_file` when it belongs to the same
-    `fingerprint` (a resumed training continues its run), else a new one with `params` and `tags`.
-    `resume_file` is rewritten atomically."""
+    `fingerprint` and the training resumes (`last.pt` beside it), else a new one with `params` and
+    `tags`. `resume_file` is rewritten atomically."""
     from mlflow.exceptions import MlflowException
 
     c, exp_id = client(), experiment_id(experiment)
-    previous = json.loads(resume_file.read_text()) if resume_file.is_file() else {}
-    if previous.get("fingerprint") == fingerprint:
+    try:
+        previous = json.loads(resume_file.read_text())
+    except (OSError, ValueError):
+        previous = {}  # absent or unreadable: a new run
+    resuming = (resume_file.parent / "last.pt").is_file()
+    if resuming and isinstance(previous, dict) and previous.get("fingerprint") == fingerprint:
         try:
             run = c.get_run(previous["run_id"])
             if run.info.lifecycle_stage == "active" and run.info.experiment_id == exp_id:
@@ -172,6 +176,13 @@ def start_train_run(
 def write_run_id(path: Path, run_id: str) -> None:
     """Persist the run id for the stages after `train` (empty when not tracked)."""
     write_text(path, run_id + "\n" if run_id else "")
+
+
+def run_of(run_id_file: Path, enabled: bool) -> Tracker:
+    """The tracker of the train stage's MLflow run named in `run_id_file` (for the stages after
+    it); NullTracker when tracking is off or the file is empty."""
+    run_id = read_run_id(run_id_file) if enabled else None
+    return MlflowTracker(run_id) if run_id else NullTracker()
 
 
 def read_run_id(path: Path) -> str | None:

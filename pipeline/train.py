@@ -254,7 +254,7 @@ class Trainer:
         """Train until a budget runs out or patience is exhausted; returns the final progress."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if not self.try_resume():
-            seed_everything(self.cfg.seed)
+            seed_everything(self.cfg.seed + 1000 * self.world.rank)  # each rank its own dropout
         p, started, window = self.progress, time.time() - self.progress.wall_seconds, _Window()
         main = self.world.is_main
         bar = tqdm(
@@ -279,7 +279,7 @@ class Trainer:
                     self.validation(window, lr)
         finally:
             bar.close()  # before any error message, so it gets a line of its own
-        if main and p.step % self.cfg.val_every:  # validate the final weights too
+        if main and (not p.log or p.log[-1]["step"] != p.step):  # the final weights, once
             p.wall_seconds = time.time() - started
             self.validation(_Window() if window.empty() else window, self.scheduler.get_last_lr()[0])
         if main:

@@ -1,10 +1,14 @@
 """DVC stage `decode`: beam-search translations of the evaluation splits, and the time-machine table.
 
-Usage: `python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD`
-(dvc.yaml passes the paths). Reads params `decode`, `download.out_dir` and `tokenizer.out_dir`.
-Writes `<TRANSLATIONS_DIR>/<split>.hyp.de` (one line per source line) for each evaluation split, and
-TIME_MACHINE_MD: our German for the seed's 20 sentences beside the seed's pre-computed German.
-Decodes on CUDA when available, else on the CPU.
+Usage: `python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD RUN_ID_FILE`
+(dvc.yaml passes the paths). Reads params `decode`, `download.out_dir`, `tokenizer.out_dir` and
+`mlflow`. Writes `<TRANSLATIONS_DIR>/<split>.hyp.de` (one line per source line) for each evaluation
+split, and TIME_MACHINE_MD: our German for the seed's 20 sentences beside the seed's pre-computed
+German. Decodes on CUDA when available, else on the CPU.
+
+When the train stage's MLflow run id is in RUN_ID_FILE, adds to that run the translations, the
+time-machine table and the translator pyfunc (`pipeline.registry`), registered as a new version of
+`mlflow.model_name` with the alias `candidate`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pipeline.io import write_text
 from pipeline.model import Transformer
 from pipeline.search import translate
 from pipeline.tokenizer import Tokenizer
+from pipeline.tracking import run_of
 
 EVAL_SPLITS = tuple(s for s in SPLITS if s != TRAIN_SPLIT)
 TIME_MACHINE_HEADER = ["en", "seed_de"]
@@ -97,7 +102,9 @@ def load_translator(model_path: Path, tok: Tokenizer) -> Transformer:
     return model
 
 
-def main(model_path: Path, time_machine_tsv: Path, out_dir: Path, time_machine_md: Path) -> None:
+def main(
+    model_path: Path, time_machine_tsv: Path, out_dir: Path, time_machine_md: Path, run_id_file: Path
+) -> None:
     datasets.disable_progress_bars()
     params = load_params()
     cfg, device, progress = params.decode, pick_device("auto"), sys.stderr.isatty()
@@ -113,11 +120,22 @@ def main(model_path: Path, time_machine_tsv: Path, out_dir: Path, time_machine_m
     ours = translate(model, tok, en, cfg, device)
     write_text(time_machine_md, time_machine_markdown(en, ours, seed_de, cfg))
     print(f"decode: time machine -> {time_machine_md}")
+    tracker = run_of(run_id_file, params.mlflow.enabled)
+    if tracker.run_id:
+        from pipeline.registry import log_translator  # imports mlflow: only when tracking
+
+        tracker.log_artifact(time_machine_md, "reports")
+        for split in EVAL_SPLITS:
+            tracker.log_artifact(translation_path(out_dir, split), "reports/translations")
+        spm_model = Path(params.tokenizer.out_dir) / "spm.model"
+        name = params.mlflow.model_name
+        version = log_translator(tracker.run_id, model_path, spm_model, cfg.model_dump(), name)
+        print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
+    if len(sys.argv) != 6:
         raise SystemExit(
-            "usage: python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD"
+            "usage: python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD RUN_ID_FILE"
         )
-    run_main(lambda: main(*map(Path, sys.argv[1:5])))
+    run_main(lambda: main(*map(Path, sys.argv[1:6])))

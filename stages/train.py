@@ -23,7 +23,7 @@ import torch
 from pipeline import checkpoint, distributed, tracking
 from pipeline import device as dev
 from pipeline.config import Params, load_params
-from pipeline.data import load_corpus
+from pipeline.data import SHA256, load_corpus
 from pipeline.errors import run_main
 from pipeline.evaluate import greedy_scorer
 from pipeline.io import write_json
@@ -50,12 +50,10 @@ def fingerprint(params: Params, spm_path: Path, n_pairs: int) -> str:
     return h.hexdigest()
 
 
-def data_checksums(raw_dir: Path) -> dict[str, str]:
-    """SHA-256 of every raw corpus file the download stage kept (tags for the MLflow run)."""
-    return {
-        f"data.sha256.{f.name}": hashlib.sha256(f.read_bytes()).hexdigest()
-        for f in sorted(raw_dir.glob("*.gz"))
-    }
+def data_checksums() -> dict[str, str]:
+    """The SHA-256 of every raw corpus file, as pinned in `pipeline.data` and checked by the
+    download stage (tags for the MLflow run)."""
+    return {f"data.sha256.{name}": sha for name, sha in sorted(SHA256.items())}
 
 
 def start_tracking(params: Params, out_dir: Path, fp: str, device: torch.device) -> tracking.Tracker:
@@ -67,7 +65,7 @@ def start_tracking(params: Params, out_dir: Path, fp: str, device: torch.device)
         "stage": "train",
         "device": str(device),
         "torch": torch.__version__,
-        **data_checksums(Path(params.download.out_dir) / "raw"),
+        **data_checksums(),
     }
     flat = tracking.flatten(params.model_dump())
     return tracking.start_train_run(params.mlflow.experiment, out_dir / RUN_INFO, fp, flat, tags)
@@ -87,7 +85,7 @@ def main(out_dir: Path, log_csv: Path, summary_json: Path, run_id_file: Path) ->
     spm_path = Path(params.tokenizer.out_dir) / "spm.model"
     tok = Tokenizer.load(spm_path)
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
-    world, device = distributed.init(device)
+    world, device = distributed.init(device, cfg.optim.threads)
     try:
         train(params, tok, corpus, spm_path, device, bf16, world, out_dir, log_csv, summary_json, run_id_file)
     finally:

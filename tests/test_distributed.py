@@ -73,7 +73,7 @@ def test_resumed_two_process_run_continues_from_the_saved_step(single, tmp_path)
     assert losses(tmp_path) == pytest.approx(losses(single)[4:], abs=1e-4)
 
 
-def test_torchrun_command_single_and_multi_node():
+def test_torchrun_command_single_and_multi_node(monkeypatch):
     one = torchrun_command(DistConfig(nproc_per_node=4), "stages.train", ["a"])
     assert one[1:] == [
         "-m",
@@ -84,10 +84,10 @@ def test_torchrun_command_single_and_multi_node():
         "stages.train",
         "a",
     ]
+    monkeypatch.setenv("NODE_RANK", "1")
     multi = torchrun_command(
-        DistConfig(nproc_per_node=8, nnodes=2, rdzv_endpoint="node0:29500", rdzv_id="job7"),
-        "stages.train",
-        [],
+        DistConfig(nproc_per_node=8, nnodes=2, master_addr="node0", master_port=29501), "stages.train", []
     )
-    assert "--nnodes=2" in multi and "--rdzv-endpoint=node0:29500" in multi and "--rdzv-id=job7" in multi
+    for flag in ("--nnodes=2", "--node-rank=1", "--master-addr=node0", "--master-port=29501"):
+        assert flag in multi
     assert "--standalone" not in multi

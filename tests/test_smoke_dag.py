@@ -1,4 +1,5 @@
-"""The whole DAG end to end with tests/smoke_params.yaml, in a temporary copy of the repo."""
+"""The whole DAG end to end with tests/smoke_params.yaml in a temporary copy of the repo, tracked
+into a temporary MLflow database; then the Prefect flow over the same copy."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))
+MODEL_NAME = "smoke-translator"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not MIRROR.is_dir(), reason=f"Multi30k mirror {MIRROR} absent"),
+]
 
 
 def merge(base: dict, over: dict) -> dict:
@@ -38,24 +45,33 @@ def repo_copy(dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not MIRROR.is_dir(), reason=f"Multi30k mirror {MIRROR} absent")
-def test_smoke_dag_runs_end_to_end(tmp_path):
-    work = repo_copy(tmp_path / "repo")
+def write_params(work: Path, **overrides: dict) -> None:
     params = merge(
         yaml.safe_load((REPO / "params.yaml").read_text()),
         yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text()),
     )
-    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    (work / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides)))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """(work dir, env, first `dvc repro`): the smoke DAG, tracked into a temporary sqlite URI."""
+    root = tmp_path_factory.mktemp("smoke")
+    work = repo_copy(root / "repo")
+    write_params(work, mlflow={"model_name": MODEL_NAME})
     env = {
         **os.environ,
         "MULTI30K_MIRROR": str(MIRROR),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    env.pop("MLFLOW_TRACKING_URI", None)
     run = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return work, env, run
 
+
+def test_smoke_dag_runs_end_to_end(smoke):
+    work, env, _ = smoke
     metrics = json.loads((work / "reports/metrics.json").read_text())
     assert set(metrics) == {"val", "test_2016_flickr", "test_2017_flickr"}
     for split, m in metrics.items():
@@ -66,6 +82,109 @@ def test_smoke_dag_runs_end_to_end(tmp_path):
     assert (work / "reports/time_machine.md").read_text().count("\n|") >= 21
     assert json.loads((work / "reports/warmup.json").read_text())["threshold"] == 0.0
     assert (work / "models/transformer/model.pt").is_file()
+    assert not (work / "mlflow.db").exists()  # MLFLOW_TRACKING_URI wins over the repo default
 
     again = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
+
+
+@pytest.fixture(scope="module")
+def tracked(smoke, monkeypatch_module):
+    """(MlflowClient, the train stage's run) of the smoke DAG."""
+    work, env, _ = smoke
+    monkeypatch_module.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])
+    from pipeline import tracking
+
+    client = tracking.client()
+    run_id = (work / "reports/mlflow_run_id.txt").read_text().strip()
+    return client, client.get_run(run_id)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_mlflow_run_has_params_tags_step_metrics_and_test_metrics(tracked):
+    client, run = tracked
+    assert run.data.params["train.model.d_model"] == "32"
+    assert run.data.params["decode.beam_size"] == "2"
+    assert len(run.data.tags["git_commit"]) in (7, 40) or run.data.tags["git_commit"] == "unknown"
+    assert len(run.data.tags["data.sha256.train.en.gz"]) == 64
+    history = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)] for k in
+               ("train_loss", "lr", "tokens_per_s", "val_loss", "val_bleu")}  # fmt: skip
+    assert history["train_loss"] == history["lr"] == history["tokens_per_s"] == [50]
+    assert history["val_loss"] == history["val_bleu"] == [30, 60]
+    for split in ("val", "test_2016_flickr", "test_2017_flickr"):
+        assert 0.0 <= run.data.metrics[f"bleu_{split}"] <= 100.0
+        assert 0.0 <= run.data.metrics[f"chrf_{split}"] <= 100.0
+
+
+def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
+    client, run = tracked
+    checkpoints = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "checkpoints")}
+    assert {"last.pt", "best.pt", "step0000030.pt", "step0000060.pt"} <= checkpoints
+    assert [f.path for f in client.list_artifacts(run.info.run_id, "model")] == ["model/model.pt"]
+    reports = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "reports")}
+    assert {"time_machine.md", "metrics.json", "train_summary.json"} <= reports
+
+
+def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
+    import mlflow
+
+    from pipeline.checkpoint import load_model
+    from pipeline.config import load_params
+    from pipeline.search import translate
+    from pipeline.tokenizer import Tokenizer
+
+    work, client, run = smoke[0], *tracked
+    version = client.get_model_version_by_alias(MODEL_NAME, "candidate")
+    assert version.run_id == run.info.run_id
+    assert float(version.tags["bleu_val"]) == pytest.approx(run.data.metrics["bleu_val"], abs=1e-3)
+    sentences = ["A dog runs in the park.", "", "Two men are playing football on a field."]
+    got = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@candidate").predict(sentences)
+    tok = Tokenizer.load(work / "models/spm/spm.model")
+    model, _ = load_model(work / "models/transformer/model.pt", vocab_size=tok.vocab_size)
+    want = translate(model, tok, sentences, load_params(work / "params.yaml").decode)
+    assert got == want and len(got) == 3 and got[1] == ""
+
+
+def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, monkeypatch):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from pipeline.flow import pipeline_flow, stage_names
+
+    work, env, _ = smoke
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setenv("MULTI30K_MIRROR", env["MULTI30K_MIRROR"])
+    with prefect_test_harness(server_startup_timeout=180):
+        first = pipeline_flow(repo=str(work))
+        second = pipeline_flow(repo=str(work))
+    stages = stage_names(work)
+    assert {first[s] for s in stages} == {"skipped"}  # the DAG was built by the fixture
+    assert first["promotion"].startswith("promoted:")  # no champion yet
+    assert second["promotion"].startswith("kept champion")  # the same model is not better
+    client, run = tracked
+    assert client.get_model_version_by_alias(MODEL_NAME, "champion").run_id == run.info.run_id
+
+
+def test_flow_fails_with_the_stage_error(smoke, monkeypatch, tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from pipeline.flow import pipeline_flow
+
+    work, env, _ = smoke
+    broken = tmp_path / "repo"
+    shutil.copytree(work, broken, symlinks=True)
+    params = yaml.safe_load((broken / "params.yaml").read_text())
+    params["decode"]["beam_size"] = 0  # only `decode` depends on it: the first stage to run fails
+    (broken / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.setenv("PATH", env["PATH"])
+    with prefect_test_harness(server_startup_timeout=180):
+        state = pipeline_flow(repo=str(broken), return_state=True)
+    assert state.is_failed()
+    with pytest.raises(
+        RuntimeError, match=r"(?s)stage decode failed .*error: params.yaml: decode\.beam_size"
+    ):
+        state.result()
