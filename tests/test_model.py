@@ -270,7 +270,9 @@ def test_fused_attention_equals_explicit(kind):
     if "causal" in kind:
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         mask = causal if mask is None else mask & causal
-    torch.testing.assert_close(sdpa(q, k, v, mask), attention_explicit(q, k, v, mask)[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        sdpa(q, k, v, mask), attention_explicit(q, k, v, mask)[0], rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("p", [0.1, 0.15, 0.5])
