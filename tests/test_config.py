@@ -65,3 +65,12 @@ def test_missing_file_raises_config_error(tmp_path):
     with pytest.raises(ConfigError, match="not found") as info:
         load_params(path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreadable_params_raise_one_line_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"^.*: cannot read \(Is a directory\)$"):
+        load_params(tmp_path)
+    latin1 = tmp_path / "params.yaml"
+    latin1.write_bytes("train:\n  max_len: 128  # Größe\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"params.yaml: not UTF-8 text \(byte \d+\)$"):
+        load_params(latin1)

@@ -6,6 +6,7 @@ import functools
 import gzip
 import hashlib
 import http.server
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from pipeline.data import (
 )
 from pipeline.errors import DataError
 
-MIRROR = Path(__file__).resolve().parents[2] / "shared" / "multi30k"  # offline Multi30k copies
+MIRROR = Path(os.environ.get("MULTI30K_MIRROR", Path(__file__).resolve().parents[2] / "shared" / "multi30k"))
 GOOD = {
     "train": (
         b"A man.\nTwo dogs run.\nA girl sings.\n",
