@@ -12,23 +12,13 @@ import sys
 from pathlib import Path
 
 import torch
+from toy_train import BOS, EOS, PAD, pairs  # this folder is on sys.path when run as a script
 
 from pipeline import checkpoint, distributed
 from pipeline import train as train_module
 from pipeline.config import ModelConfig, OptimConfig
 from pipeline.model import Transformer
 from pipeline.train import Trainer, validation_loss
-
-PAD, BOS, EOS = 0, 2, 3
-
-
-def pairs() -> list:
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(96):
-        src = torch.randint(4, 20, (int(torch.randint(2, 8, (1,), generator=g)),), generator=g).tolist()
-        out.append((src, list(reversed(src))))
-    return out
 
 
 def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
@@ -40,7 +30,7 @@ def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
     train_module.write_log = lambda rows, path: (written.append(Path(path).name), write_log(rows, path))[1]
 
     torch.manual_seed(world.rank)  # different initial weights per rank: DDP must sync them
-    data = pairs()
+    data = pairs(96)
     model = Transformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0), 20, PAD)
     cfg = OptimConfig(
         seed=3, max_tokens=60, warmup_steps=5, max_steps=max_steps, val_every=4, average_last=2,

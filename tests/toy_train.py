@@ -22,10 +22,11 @@ from pipeline.train import Trainer, validation_loss
 PAD, BOS, EOS = 0, 2, 3
 
 
-def pairs() -> list:
+def pairs(n: int = 48) -> list:
+    """`n` seeded toy pairs: a random id sequence and its reverse."""
     g = torch.Generator().manual_seed(0)
     out = []
-    for _ in range(48):
+    for _ in range(n):
         src = torch.randint(4, 20, (int(torch.randint(2, 8, (1,), generator=g)),), generator=g).tolist()
         out.append((src, list(reversed(src))))
     return out
