@@ -20,8 +20,11 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
 
 from pipeline import tracking
+from pipeline.errors import PipelineError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SELECTION_METRIC = "bleu_val"  # model selection uses val only; test sets are for reporting
@@ -61,7 +64,7 @@ def english_sentences(model_input) -> list[str]:
 def log_translator(run_id: str, checkpoint: Path, spm_model: Path, decode_cfg: dict, model_name: str) -> str:
     """Log the translator pyfunc to run `run_id`, register it as a new version of `model_name`
     and point the `candidate` alias at it. Returns the version."""
-    tracking.client()  # sets the tracking URI
+    client = tracking.client()  # also sets the tracking URI for mlflow.start_run
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="translator",
@@ -73,28 +76,30 @@ def log_translator(run_id: str, checkpoint: Path, spm_model: Path, decode_cfg: d
             registered_model_name=model_name,
         )
     version = str(info.registered_model_version)
-    tracking.client().set_registered_model_alias(model_name, "candidate", version)
+    client.set_registered_model_alias(model_name, "candidate", version)
     return version
+
+
+def version_by_alias(model_name: str, alias: str) -> ModelVersion | None:
+    """The version of `model_name` that `alias` points at; None when there is none."""
+    try:
+        return tracking.client().get_model_version_by_alias(model_name, alias)
+    except MlflowException:
+        return None
 
 
 def tag_candidate(model_name: str, run_id: str, scores: dict[str, float]) -> str | None:
     """Tag the `candidate` version of `model_name` with `scores` when it belongs to `run_id`
     (the version this pipeline's decode registered). Returns the version, or None."""
-    from mlflow.exceptions import MlflowException
-
-    c = tracking.client()
-    try:
-        version = c.get_model_version_by_alias(model_name, "candidate")
-    except MlflowException:
-        return None
-    if version.run_id != run_id:
+    version = version_by_alias(model_name, "candidate")
+    if version is None or version.run_id != run_id:
         return None
     for key, value in scores.items():
-        c.set_model_version_tag(model_name, version.version, key, f"{value:.4f}")
+        tracking.client().set_model_version_tag(model_name, version.version, key, f"{value:.4f}")
     return version.version
 
 
-def version_score(version, metric: str) -> float | None:
+def version_score(version: ModelVersion, metric: str) -> float | None:
     """A registered version's `metric` tag (set by `score`), as a float; None when untagged."""
     value = version.tags.get(metric)
     return None if value is None else float(value)
@@ -113,26 +118,15 @@ def promote(model_name: str, metric: str = SELECTION_METRIC) -> Promotion:
     Raises:
         PipelineError: no `candidate` version, or it has no `metric` tag (run `score` first).
     """
-    from mlflow.exceptions import MlflowException
-
-    from pipeline.errors import PipelineError
-
-    c = tracking.client()
-    try:
-        candidate = c.get_model_version_by_alias(model_name, "candidate")
-    except MlflowException:
-        raise PipelineError(
-            f"MLflow model {model_name!r}: no 'candidate' version (run decode first)"
-        ) from None
+    candidate = version_by_alias(model_name, "candidate")
+    if candidate is None:
+        raise PipelineError(f"MLflow model {model_name!r}: no 'candidate' version (run decode first)")
     new = version_score(candidate, metric)
     if new is None:
         raise PipelineError(
             f"MLflow model {model_name!r} v{candidate.version}: no {metric!r} (run score first)"
         )
-    try:
-        champion = c.get_model_version_by_alias(model_name, "champion")
-    except MlflowException:
-        champion = None
+    champion = version_by_alias(model_name, "champion")
     if champion is not None:
         old = version_score(champion, metric)
         old = float("-inf") if old is None else old
@@ -144,5 +138,5 @@ def promote(model_name: str, metric: str = SELECTION_METRIC) -> Promotion:
         verdict = f"v{candidate.version} ({metric} {new:.2f}) beats v{champion.version} ({old:.2f})"
     else:
         verdict = f"v{candidate.version} ({metric} {new:.2f}) is the first champion"
-    c.set_registered_model_alias(model_name, "champion", candidate.version)
+    tracking.client().set_registered_model_alias(model_name, "champion", candidate.version)
     return Promotion(True, f"promoted: {verdict}")
