@@ -31,6 +31,7 @@ from pipeline.model import Transformer
 from pipeline.tokenizer import Tokenizer
 
 SEED_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the seed tutorial's "tiny"
+WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)
 DEFAULT_CHECKPOINT = "models/transformer/model.pt"
 
 HEADLINE = {  # key -> meaning, in the order bench.md lists them
@@ -47,6 +48,10 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "beam5_sent_s": "sentences/s, our batched beam search (beam 5) with the KV cache",
     "greedy_cached_vs_naive": "greedy_cached_sent_s / naive_greedy_sent_s",
     "beam5_cached_vs_naive": "beam5_sent_s / naive_greedy_sent_s",
+    "ct2_fp32_beam5_sent_s": "sentences/s, the same model exported to CTranslate2, fp32, beam 5",
+    "ct2_int8_beam5_sent_s": "sentences/s, the same model exported to CTranslate2, int8, beam 5",
+    "beam5_vs_ct2_fp32": "beam5_sent_s / ct2_fp32_beam5_sent_s (our beam 5 as a fraction of CTranslate2's)",
+    "beam5_vs_ct2_int8": "beam5_sent_s / ct2_int8_beam5_sent_s",
     "train_peak_rss_mb": "peak RSS (MB) of a process running our training steps (default config)",
     "decode_peak_rss_mb": "peak RSS (MB) of a process running beam-5 decoding",
 }
@@ -85,8 +90,9 @@ def model_config(base: ModelConfig, **fields) -> ModelConfig:
 
 
 def named_configs(params: Params, names: Sequence[str], override: dict) -> dict[str, ModelConfig]:
-    """'tiny' (the seed's sizes) and/or 'default' (params `train.model`), each with `override`."""
-    known = {"tiny": SEED_DIMS, "default": {}}
+    """'tiny' (the seed's sizes), 'wu_tiny' (Wu et al.'s 4+4 layers, D128, d_ff 256) and/or
+    'default' (params `train.model`), each with `override`."""
+    known = {"tiny": SEED_DIMS, "wu_tiny": WU_TINY, "default": {}}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"--configs: unknown {unknown}; choose from {sorted(known)}")

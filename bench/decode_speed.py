@@ -18,18 +18,24 @@ Methods, all text in -> text out (SentencePiece encode/decode included):
                  per batch, the KV cache
   beam5          `translate` with beam size 5 (length penalty `decode.length_penalty`), batched,
                  the KV cache
+  ct2_fp32_beam5 the same model exported to CTranslate2 (`pipeline.export`), beam 5, the same
+  ct2_int8_beam5 length penalty value, batches and length limits, fp32 / int8 compute type,
+                 as many threads as torch uses (`--no-ct2` leaves them out)
 Sentences are sorted longest first and cut into batches of `decode.batch_size` (as `translate`
 does); the three methods take turns on each batch, the order rotating, after one untimed
 warm-up batch of two sentences. sentences/s = sentences / summed seconds.
 
 Writes to `<out-dir>/bench.json`: naive_greedy_sent_s, greedy_cached_sent_s, beam5_sent_s,
-greedy_cached_vs_naive, beam5_cached_vs_naive and decode_detail (a row per method, with which
-model was used, and for greedy_cached the share of outputs identical to naive greedy's).
+greedy_cached_vs_naive, beam5_cached_vs_naive, with CTranslate2 also ct2_fp32_beam5_sent_s,
+ct2_int8_beam5_sent_s, beam5_vs_ct2_fp32 and beam5_vs_ct2_int8 (ours / theirs), and
+decode_detail (a row per method, with which model was used and the share of outputs identical
+to the reference: naive greedy for greedy_cached, our beam5 for the CTranslate2 rows).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
 import torch
@@ -49,6 +55,7 @@ from bench.common import (
 )
 from pipeline.config import DecodeConfig
 from pipeline.device import pick_device
+from pipeline.export import ct2_translate, export_ctranslate2, load_translator
 from pipeline.model import Transformer
 from pipeline.search import batches, max_lengths, translate
 from pipeline.tokenizer import Tokenizer
@@ -59,11 +66,13 @@ Method = Callable[[list[str]], list[str]]
 @torch.inference_mode()
 def naive_greedy(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, limit: int) -> list[int]:
     """Greedy for one sentence src `[1, S]`, recomputing the decoder over the prefix each step.
-    Returns at most `limit` ids (eos included in the count, excluded from the result)."""
+    Returns at most `limit` ids (eos excluded). Like our search, it never emits pad or bos."""
     memory, prefix = model.encode(src), [bos_id]
     for _ in range(limit):
         tgt_in = torch.tensor([prefix], device=src.device)
-        token = int(model.decode(tgt_in, memory, src)[0, -1].argmax())
+        logits = model.decode(tgt_in, memory, src)[0, -1]
+        logits[[model.pad_id, bos_id]] = -torch.inf
+        token = int(logits.argmax())
         if token == eos_id:
             break
         prefix.append(token)
@@ -83,14 +92,24 @@ def naive_translate(model: Transformer, tok: Tokenizer, sentences: list[str], cf
     return out
 
 
-def methods(model: Transformer, tok: Tokenizer, cfg: DecodeConfig, device: torch.device) -> dict[str, Method]:
+def methods(
+    model: Transformer, tok: Tokenizer, cfg: DecodeConfig, device: torch.device, ct2_dir: str | None
+) -> dict[str, Method]:
+    """The methods to race; CTranslate2 ones when `ct2_dir` (where to export) is given."""
     model.eval().to(device)
     greedy_cfg, beam_cfg = cfg.model_copy(update={"beam_size": 1}), cfg.model_copy(update={"beam_size": 5})
-    return {
+    fns = {
         "naive_greedy": lambda texts: naive_translate(model, tok, texts, cfg),
         "greedy_cached": lambda texts: translate(model, tok, texts, greedy_cfg, device),
         "beam5": lambda texts: translate(model, tok, texts, beam_cfg, device),
     }
+    if ct2_dir is not None:
+        path = export_ctranslate2(model.cpu(), tok, ct2_dir)
+        model.to(device)
+        for name, compute_type in (("ct2_fp32_beam5", "float32"), ("ct2_int8_beam5", "int8")):
+            translator = load_translator(path, compute_type, torch.get_num_threads())
+            fns[name] = lambda texts, t=translator: ct2_translate(t, tok, texts, beam_cfg)
+    return fns
 
 
 def race(fns: dict[str, Method], chunks: list[list[str]], device: torch.device) -> tuple[dict, dict]:
@@ -108,42 +127,54 @@ def race(fns: dict[str, Method], chunks: list[list[str]], device: torch.device) 
     return seconds, outputs
 
 
+def detail_rows(seconds: dict, outputs: dict, n: int, note: str) -> list[dict]:
+    """One row per method; `same_as` the share of outputs equal to its reference method's."""
+    reference = {"greedy_cached": "naive_greedy", "ct2_fp32_beam5": "beam5", "ct2_int8_beam5": "beam5"}
+    naive_s = n / seconds["naive_greedy"]
+    rows = []
+    for name, s in seconds.items():
+        row = {"method": name, "sentences": n, "seconds": sig(s), "sent_s": sig(n / s)}
+        row |= {"vs_naive": sig(n / s / naive_s), "model": note}
+        if name in reference:
+            same = sum(a == b for a, b in zip(outputs[reference[name]], outputs[name], strict=True))
+            row |= {"same_as": reference[name], "same_share": sig(same / n)}
+        rows.append(row)
+    return rows
+
+
 def run(
-    model: Transformer, note: str, tok: Tokenizer, sentences: list[str], cfg: DecodeConfig, device
+    model: Transformer, note: str, tok: Tokenizer, sentences: list[str], cfg: DecodeConfig, device, ct2: bool
 ) -> dict:
-    """Time the three methods on `sentences`; returns the figures for bench.json."""
+    """Time the methods on `sentences`; returns the figures for bench.json."""
     ids = tok.encode_batch(sentences)
     order = sorted(range(len(sentences)), key=lambda i: (-len(ids[i]), i))
     chunks = [[sentences[i] for i in chunk] for chunk in batches(order, cfg.batch_size)]
-    seconds, outputs = race(methods(model, tok, cfg, device), chunks, device)
+    with tempfile.TemporaryDirectory(prefix="ct2.") as tmp:
+        fns = methods(model, tok, cfg, device, f"{tmp}/model" if ct2 else None)
+        seconds, outputs = race(fns, chunks, device)
     sent_s = {name: len(sentences) / s for name, s in seconds.items()}
-    same = sum(a == b for a, b in zip(outputs["naive_greedy"], outputs["greedy_cached"], strict=True))
-    detail = [
-        {
-            "method": name,
-            "sentences": len(sentences),
-            "seconds": sig(seconds[name]),
-            "sent_s": sig(sent_s[name]),
-        }
-        | {"vs_naive": sig(sent_s[name] / sent_s["naive_greedy"]), "model": note}
-        for name in seconds
-    ]
-    detail[1]["same_as_naive"] = sig(same / len(sentences))
-    return {
+    figures = {
         "naive_greedy_sent_s": sig(sent_s["naive_greedy"]),
         "greedy_cached_sent_s": sig(sent_s["greedy_cached"]),
         "beam5_sent_s": sig(sent_s["beam5"]),
         "greedy_cached_vs_naive": sig(sent_s["greedy_cached"] / sent_s["naive_greedy"]),
         "beam5_cached_vs_naive": sig(sent_s["beam5"] / sent_s["naive_greedy"]),
-        "decode_detail": detail,
     }
+    for kind in ("fp32", "int8") if ct2 else ():
+        theirs = sent_s[f"ct2_{kind}_beam5"]
+        figures |= {
+            f"ct2_{kind}_beam5_sent_s": sig(theirs),
+            f"beam5_vs_ct2_{kind}": sig(sent_s["beam5"] / theirs),
+        }
+    return figures | {"decode_detail": detail_rows(seconds, outputs, len(sentences), note)}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5.")
+    p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5 vs CTranslate2.")
     p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="trained model (random if missing)")
+    p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 methods")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
     torch.set_flush_denormal(True)
@@ -152,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model, note = decode_model(args.checkpoint, cfg, tok)
     print(f"decode_speed: {note}")
     sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
-    figures = run(model, note, tok, sentences, params.decode, device)
+    figures = run(model, note, tok, sentences, params.decode, device, ct2=not args.no_ct2)
     print("\n".join(table(figures["decode_detail"])))
     record(args.out_dir, "decode_speed", command_line("bench.decode_speed", argv), figures, device)
     return figures

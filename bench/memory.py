@@ -55,7 +55,7 @@ from pipeline.device import setup
 from pipeline.model import Transformer
 from pipeline.search import translate
 from pipeline.tokenizer import Tokenizer
-from stages.train import encode_pairs
+from pipeline.train import encode_pairs
 
 
 def peak_rss_mb() -> float:

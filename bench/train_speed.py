@@ -10,11 +10,14 @@ Data: the Multi30k train pairs, encoded with the pipeline's SentencePiece model 
 are used, the same ones for every model.
 
 Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest of
-`train.model`; 'default' = `train.model`), all starting from the same weights:
+`train.model`; 'wu_tiny' = Wu et al.'s D=128, H=4, 4+4 layers, d_ff=256; 'default' =
+`train.model`), all starting from the same weights:
   ours            `pipeline.model.Transformer`, in the trainer's precision
   nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
   naive           `bench.naive` (the seed's style), same precision
   ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`)
+  ours_all_positions  ours with logits and loss at every target position, pads included (the
+                 logits-only-at-non-pad-positions lever off; ours and ours_fp32 have it on)
 The trainer's precision is `pipeline.device.use_bf16(device, train.optim.precision)`.
 
 A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
@@ -63,8 +66,7 @@ from pipeline.batching import Pair, collate, make_batches
 from pipeline.config import ModelConfig, OptimConfig
 from pipeline.device import autocast, setup
 from pipeline.model import Transformer
-from pipeline.train import label_smoothed_loss
-from stages.train import encode_pairs
+from pipeline.train import encode_pairs, label_smoothed_loss
 
 
 class Batch(NamedTuple):
@@ -100,16 +102,25 @@ def adam(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
 def train_step(
     model: nn.Module, opt: torch.optim.Optimizer, bf16: bool, batch: Batch, optim: OptimConfig
 ) -> None:
-    """One trainer step: autocast forward, label-smoothed loss, backward, clip, Adam."""
+    """One trainer step: autocast forward, label-smoothed loss, backward, clip, Adam. Our model
+    computes logits at non-pad target positions only (`forward(..., keep=)`) unless it is the
+    `AllPositions` lever baseline; the baselines compute them everywhere."""
     opt.zero_grad(set_to_none=True)
+    keep = batch.tgt_out != model.pad_id
     with autocast(batch.src.device, bf16):
-        logits = model(batch.src, batch.tgt_in)
-    loss = label_smoothed_loss(
-        logits.flatten(0, 1), batch.tgt_out.flatten(), model.pad_id, optim.label_smoothing
-    )
+        if type(model) is Transformer:
+            logits, target = model(batch.src, batch.tgt_in, keep=keep), batch.tgt_out[keep]
+        else:
+            logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
+    loss = label_smoothed_loss(logits, target, model.pad_id, optim.label_smoothing)
     (loss / batch.tokens).backward()
     nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
     opt.step()
+
+
+class AllPositions(Transformer):
+    """Ours computing logits (and the loss) at every target position, pads included: the
+    "logits only at non-pad positions" lever switched off."""
 
 
 @dataclass
@@ -126,14 +137,18 @@ class Runner:
 def make_runners(
     cfg: ModelConfig, vocab: int, pad_id: int, optim: OptimConfig, bf16: bool, device: torch.device
 ) -> list[Runner]:
-    """ours, nn_transformer, naive (trainer's precision) and ours in the other precision."""
+    """ours, nn_transformer, naive (trainer's precision), ours in the other precision, and ours
+    with logits at all positions (`AllPositions`)."""
     torch.manual_seed(optim.seed)
     ours = Transformer(cfg, vocab, pad_id)
+    all_positions = AllPositions(cfg, vocab, pad_id)
+    all_positions.load_state_dict(ours.state_dict())
     models = [
         ("ours", ours, bf16),
         ("nn_transformer", nn_transformer.from_ours(ours), bf16),
         ("naive", naive.from_ours(ours), bf16),
         ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16),
+        ("ours_all_positions", all_positions, bf16),
     ]
     return [Runner(name, m.to(device).train(), b, adam(m, optim)) for name, m, b in models]
 
@@ -239,7 +254,9 @@ def run(
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = base_parser("Training throughput and MFU: ours vs nn.Transformer vs naive.")
-    p.add_argument("--configs", default="tiny,default", help="comma-separated: tiny, default")
+    p.add_argument(
+        "--configs", default="tiny,wu_tiny,default", help="comma-separated: tiny, wu_tiny, default"
+    )
     p.add_argument("--steps", type=int, default=20, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")

@@ -1,7 +1,13 @@
 """`python -m pipeline translate` (console script `mt-translate`): English in, German out.
 
-Sentences come from the arguments, or from stdin one per line (streamed: each line is
-translated and printed as it arrives). An empty input line gives an empty output line.
+Sentences come from the arguments, or from stdin one line per output line. From a terminal each
+line is answered as it is typed; from a file or pipe lines are read and decoded `BATCH_LINES` at a
+time (batched beam search; order kept, an empty line stays empty). Every line goes through the
+shared processing of `pipeline.translator` (sentence splitting, protected spans, casing).
+
+Defaults (checkpoint, params, tokenizer) are the pipeline's files in the repository that holds
+this package, so the command works from any directory of an installed checkout; paths given as
+flags are relative to the working directory.
 """
 
 from __future__ import annotations
@@ -9,18 +15,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.checkpoint import load_model
 from pipeline.config import DecodeConfig, Params, load_params
 from pipeline.device import pick_device
 from pipeline.errors import ConfigError, PipelineError, run_main
-from pipeline.search import translate
-from pipeline.tokenizer import Tokenizer
+from pipeline.tracking import repo_root
+from pipeline.translator import Loaded, load_translator, translate_lines, translate_lines_n_best
 
-DEFAULT_CHECKPOINT = Path("models/transformer/model.pt")
+REPO = repo_root()
+DEFAULT_CHECKPOINT = REPO / "models/transformer/model.pt"
+DEFAULT_PARAMS = REPO / "params.yaml"
+BATCH_LINES = 256  # lines per batch when stdin is not a terminal
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,9 +37,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
     p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="model checkpoint (.pt)")
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
-    p.add_argument("--params", type=Path, default=Path("params.yaml"), help="params file for the defaults")
+    p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
+    p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument(
         "--attention", type=Path, default=None, help="save the first sentence's cross-attention PNG"
@@ -39,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def defaults(params_path: Path) -> Params:
-    """params.yaml when present (run from the repo), else the built-in defaults."""
+    """params.yaml when present (the repository's by default), else the built-in defaults."""
     return load_params(params_path) if params_path.exists() else Params()
 
 
@@ -56,30 +66,53 @@ def decode_config(base: DecodeConfig, beam_size: int | None, length_penalty: flo
         raise ConfigError(f"{flag}: {err['msg']}") from None
 
 
-def input_lines(sentences: list[str]) -> Iterable[str]:
-    return sentences if sentences else (line.rstrip("\n") for line in sys.stdin)
+def input_batches(sentences: list[str]) -> Iterator[list[str]]:
+    """The arguments as one batch; else stdin: one line per batch from a terminal (answered as
+    typed), `BATCH_LINES` lines per batch from a file or pipe."""
+    if sentences:
+        yield sentences
+        return
+    lines = (line.rstrip("\n") for line in sys.stdin)
+    size = 1 if sys.stdin.isatty() else BATCH_LINES
+    while batch := list(islice(lines, size)):
+        yield batch
+
+
+def spm_path(args: argparse.Namespace, params: Params) -> Path:
+    """--spm, else params' tokenizer.out_dir (relative to the params file's folder)."""
+    return args.spm or args.params.resolve().parent / params.tokenizer.out_dir / "spm.model"
+
+
+def outputs(loaded: Loaded, batch: list[str], cfg: DecodeConfig, args, max_len: int) -> Iterable[str]:
+    device = pick_device(args.device)
+    if args.n_best is None:
+        return translate_lines(loaded, batch, cfg, device, max_pieces=max_len)
+    if not 1 <= args.n_best <= cfg.beam_size:
+        raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
+    nbest = translate_lines_n_best(loaded, batch, cfg, args.n_best, device, max_pieces=max_len)
+    return (
+        "\n".join(f"{text}\t{score:.4f}" for text, score in entries) if entries else "" for entries in nbest
+    )
 
 
 def run(args: argparse.Namespace) -> Iterator[str]:
-    """Yield one German line per input line."""
+    """Yield the output for each input line (one German line; K lines with --n-best)."""
     params = defaults(args.params)
     cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
-    tokenizer = Tokenizer.load(args.spm or Path(params.tokenizer.out_dir) / "spm.model")
-    model, _ = load_model(args.checkpoint, vocab_size=tokenizer.vocab_size)
-    device = pick_device(args.device)
+    loaded = load_translator(args.checkpoint, spm_path(args, params))
     first: tuple[str, str] | None = None
-    for line in input_lines(args.sentences):
-        german = translate(model, tokenizer, [line], cfg, device)[0]
-        if first is None and line.strip():
-            first = (line, german)
-        yield german
+    for batch in input_batches(args.sentences):
+        for line, german in zip(batch, outputs(loaded, batch, cfg, args, params.train.max_len), strict=True):
+            if first is None and line.strip():
+                first = (line, german.split("\t")[0])
+            yield german
     if args.attention is not None:
         if first is None:
             raise PipelineError("--attention: no non-empty sentence to draw")
         from pipeline.attention_maps import attention_map
         from pipeline.report import plot_attention
 
-        amap = attention_map(model, tokenizer, *first)
+        amap = attention_map(loaded.model, loaded.tokenizer, *first)
         plot_attention(amap, f"{first[0]}\n{first[1]}", args.attention)
 
 

@@ -9,7 +9,7 @@ message naming the file and the dotted field, e.g.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -80,33 +80,46 @@ class ModelConfig(Section):
 
 
 class OptimConfig(Section):
-    """Optimisation knobs shared by `warmup_train` and `train`."""
+    """Optimisation knobs shared by `warmup_train` and `train` (defaults: the `train` section).
+
+    `TRAJECTORY` names the fields a training's trajectory depends on (part of its fingerprint);
+    the others are budgets and bookkeeping that may change between a run and its continuation.
+    """
 
     seed: int = 1
-    max_tokens: int = Field(default=4096, gt=0)  # target+source tokens per batch
+    max_tokens: int = Field(default=2500, gt=0)  # padded tokens of the larger side per batch
     accum_steps: int = Field(default=1, gt=0)
     peak_lr: float = Field(default=1e-3, gt=0.0)
-    warmup_steps: int = Field(default=1000, gt=0)
+    warmup_steps: int = Field(default=800, gt=0)
     label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(default=1.0, gt=0.0)
     max_steps: int = Field(default=100_000, gt=0)
-    max_minutes: float = Field(default=80.0, gt=0.0)
-    val_every: int = Field(default=500, gt=0)
+    max_minutes: float = Field(default=75.0, gt=0.0)  # wall clock, validation included
+    val_every: int = Field(default=300, gt=0)
     patience: int = Field(default=10, gt=0)  # validations without improvement
-    average_last: int = Field(default=5, gt=0)  # checkpoints averaged into the final model
+    average_last: int = Field(default=4, gt=0)  # step checkpoints kept for the final average
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     threads: int | None = Field(default=None, gt=0)
+
+    TRAJECTORY: ClassVar[tuple[str, ...]] = (
+        "seed", "max_tokens", "accum_steps", "peak_lr", "warmup_steps", "label_smoothing", "clip_norm",
+    )  # fmt: skip
 
 
 class WarmupTrainConfig(Section):
     """Stage `warmup_train`: a small model on number-to-words, gated on exact match."""
 
-    model: ModelConfig = ModelConfig(d_model=128, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
-    optim: OptimConfig = OptimConfig(
-        max_tokens=6000, peak_lr=2e-3, warmup_steps=300, max_steps=3000, max_minutes=6, val_every=500
-    )
+    out_dir: str = "models/warmup"  # checkpoints
+    log_csv: str = "reports/warmup_log.csv"
+    metrics_json: str = "reports/warmup.json"  # numbers: test_exact_match, steps, minutes
+    facts_json: str = "reports/warmup_facts.json"  # the gate's threshold, the final-model choice
     threshold: float = Field(default=0.99, ge=0.0, le=1.0)
+    model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
+    optim: OptimConfig = OptimConfig(
+        max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=5, val_every=250,
+        patience=4, label_smoothing=0.0,
+    )  # fmt: skip
 
 
 class DistConfig(Section):
@@ -127,11 +140,16 @@ class DistConfig(Section):
 class TrainConfig(Section):
     """Stage `train`: the Transformer on Multi30k."""
 
-    model: ModelConfig = ModelConfig()
-    optim: OptimConfig = OptimConfig()
-    dist: DistConfig = DistConfig()
+    out_dir: str = "models/transformer"  # checkpoints and the final model.pt
+    log_csv: str = "reports/train_log.csv"  # one row per validation
+    metrics_json: str = "reports/train_summary.json"  # numbers people compare (DVC metrics)
+    facts_json: str = "reports/train_facts.json"  # device, versions, final-model choice
+    run_id_file: str = "reports/mlflow_run_id.txt"  # the MLflow run decode/score add to
     max_len: int = Field(default=128, gt=0)  # pieces; longer training pairs are skipped
     val_max_sentences: int | None = Field(default=None, gt=0)  # cap greedy-BLEU cost
+    model: ModelConfig = ModelConfig(dropout=0.3)
+    optim: OptimConfig = OptimConfig(peak_lr=1.5e-3, average_last=8)
+    dist: DistConfig = DistConfig()
 
 
 class MlflowConfig(Section):
@@ -153,16 +171,33 @@ class DecodeConfig(Section):
     batch_size: int = Field(default=64, gt=0)  # sentences per batch
 
 
+class IncomingConfig(Section):
+    """Stage `incoming`: user-supplied `en<TAB>de` files merged with Multi30k train."""
+
+    in_dir: str = "data/incoming"  # *.tsv files users drop in
+    out_jsonl: str = "data/train_merged.jsonl"  # the training set the train stage reads
+    metrics_json: str = "reports/incoming.json"  # counts: read, dropped (leak, duplicate), added
+
+
+class PromotionConfig(Section):
+    """The flow's promotion: sacreBLEU paired bootstrap of val BLEU, candidate vs champion."""
+
+    p_threshold: float = Field(default=0.05, gt=0.0, lt=1.0)  # promote only when p is below it
+    n_samples: int = Field(default=1000, gt=0)  # bootstrap resamples
+
+
 class Params(Section):
     """The whole `params.yaml`."""
 
     download: DownloadConfig = DownloadConfig()
+    incoming: IncomingConfig = IncomingConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     warmup_data: WarmupDataConfig = WarmupDataConfig()
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
     mlflow: MlflowConfig = MlflowConfig()
+    promotion: PromotionConfig = PromotionConfig()
 
 
 def _one_line(err: ValidationError, path: Path) -> str:

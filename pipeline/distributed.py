@@ -38,6 +38,16 @@ class World:
         dist.all_reduce(t)
         return float(t.item())
 
+    def broadcast(self, tensors: list[torch.Tensor]) -> None:
+        """Overwrite each tensor, in place, with rank 0's values (a no-op alone)."""
+        if self.size == 1:
+            return
+        device = _collective_device()
+        for t in tensors:
+            on_device = t.detach().to(device)
+            dist.broadcast(on_device, src=0)
+            t.detach().copy_(on_device)
+
     def rank0_says(self, flag: bool) -> bool:
         """Rank 0's `flag`, on every process (decisions that depend on its clock or validation)."""
         if self.size == 1:
@@ -58,6 +68,11 @@ def _collective_device() -> torch.device:
 def under_torchrun() -> bool:
     """True in a process started by torchrun (it sets LOCAL_RANK and WORLD_SIZE)."""
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def wants_torchrun(cfg: DistConfig) -> bool:
+    """True when `cfg` asks for more than one process and this one was not started by torchrun."""
+    return (cfg.nproc_per_node > 1 or cfg.nnodes > 1) and not under_torchrun()
 
 
 def init(device: torch.device, threads: int | None = None) -> tuple[World, torch.device]:

@@ -106,11 +106,44 @@ def sinusoid_positions(positions: Tensor, d_model: int) -> Tensor:
     return pe
 
 
+@dataclass
+class KVCache:
+    """Keys/values one attention reuses across calls, and optionally its attention weights.
+
+    Cross-attention: the memory's keys/values `[N, H, S, E]`, projected once per source sentence
+    and shared by every decoder row of that sentence (its beams). Self-attention: the keys/values
+    of the target positions seen so far `[R, H, t, E]` (None before the first call); each call
+    appends its own positions. `keep_weights`: store the last call's attention weights
+    `[R, H, T, keys]` in `weights`.
+    """
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+    keep_weights: bool = False
+    weights: Tensor | None = None
+
+
+def group_rows(x: Tensor, n: int) -> Tensor:
+    """`[n*G, H, T, E]` (G consecutive rows per sentence) -> `[n, H, G*T, E]`: the G rows of a
+    sentence become extra query positions, so they share one key/value block of that sentence."""
+    r, h, t, e = x.shape
+    return x.view(n, r // n, h, t, e).transpose(1, 2).reshape(n, h, (r // n) * t, e)
+
+
+def ungroup_rows(x: Tensor, rows: int) -> Tensor:
+    """Inverse of `group_rows`: `[n, H, G*T, E]` -> `[rows, H, T, E]` with G = rows / n."""
+    n, h, gt, e = x.shape
+    g = rows // n
+    return x.view(n, h, g, gt // g, e).transpose(1, 2).reshape(rows, h, gt // g, e)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): H heads of size E = D / H, then an output projection.
 
     Self-attention projects Q, K, V with one fused `[D, 3D]` matrix; cross-attention
     projects Q from the decoder and K, V (one `[D, 2D]` matrix) from the encoder memory.
+    The incremental keys/values and the attention weights live in the `KVCache` given to
+    `forward` (as fairseq keeps them in its attention module's incremental state).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool) -> None:
@@ -130,33 +163,45 @@ class MultiHeadAttention(nn.Module):
         b, length, d = x.shape
         return x.view(b, length, self.n_heads, d // self.n_heads).transpose(1, 2)
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of the memory `[B, S, D]` -> two `[B, H, S, E]`."""
+    def project_kv(self, memory: Tensor) -> KVCache:
+        """Cross-attention keys and values of the memory `[N, S, D]`, each `[N, H, S, E]`."""
         k, v = self.kv_proj(memory).chunk(2, dim=-1)
-        return self.split_heads(k), self.split_heads(v)
-
-    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention queries, keys, values of `[B, L, D]` -> three `[B, H, L, E]`."""
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
-        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        return KVCache(self.split_heads(k), self.split_heads(v))
 
     def merge(self, heads: Tensor) -> Tensor:
         """`[B, H, L, E]` -> output projection of the concatenated heads `[B, L, D]`."""
         b, _, length, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, length, -1))
 
-    def forward(self, x: Tensor, mask: Tensor | None, kv: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """Attend from `x` `[B, T, D]`; `kv` are projected memory keys/values (cross) or None (self).
+    def self_qkv(self, x: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries `[R, H, T, E]` of `x` `[R, T, D]` and the keys/values `[R, H, t, E]` it attends
+        to: its own, after the cached ones (the cache then holds all t)."""
+        q, k, v = (self.split_heads(y) for y in self.qkv_proj(x).chunk(3, dim=-1))
+        if cache is not None:
+            if cache.k is not None:
+                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+        return q, k, v
 
-        `mask` broadcasts to `[B, H, T, S]` (True = attend). Returns `[B, T, D]`.
+    def forward(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        """Attend from `x` `[R, T, D]`; returns `[R, T, D]`. `mask`: True = attend.
+
+        Self-attention: `mask` broadcasts to `[R, H, T, t]` (t keys, cached ones first); `cache`
+        (optional) holds and receives the keys/values. Cross-attention: `cache` (required) holds
+        the memory keys/values `[N, H, S, E]` with N dividing R: rows g*G .. g*G+G-1 (G = R / N)
+        attend to sentence g; `mask` is `[N, 1, 1, S]`.
         """
         if self.cross:
-            q = self.split_heads(self.q_proj(x))
-            k, v = kv
+            q, k, v = group_rows(self.split_heads(self.q_proj(x)), cache.k.size(0)), cache.k, cache.v
         else:
-            q, k, v = self.project_qkv(x)
+            q, k, v = self.self_qkv(x, cache)
         p = self.dropout if self.training else 0.0
-        return self.merge(attention(q, k, v, mask, p))
+        if cache is not None and cache.keep_weights:
+            out, weights = attention_explicit(q, k, v, mask, p)
+            cache.weights = ungroup_rows(weights, x.size(0)) if self.cross else weights
+        else:
+            out = attention(q, k, v, mask, p)
+        return self.merge(ungroup_rows(out, x.size(0)) if self.cross else out)
 
 
 class FeedForward(nn.Module):
@@ -203,6 +248,15 @@ class EncoderLayer(nn.Module):
         return self.res2(x, self.ffn)
 
 
+@dataclass
+class LayerCache:
+    """One decoder layer's attention caches: self-attention (positions so far) and cross-attention
+    (the memory's keys/values)."""
+
+    self_attn: KVCache
+    cross_attn: KVCache
+
+
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the memory, FFN (§3.1)."""
 
@@ -213,54 +267,35 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.res1, self.res2, self.res3 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
 
-    def forward(
-        self, x: Tensor, memory_kv: tuple[Tensor, Tensor], causal: Tensor, src_mask: Tensor
-    ) -> Tensor:
-        """x `[B, T, D]`, causal `[T, T]`, src_mask `[B, 1, 1, S]` -> `[B, T, D]`."""
-        x = self.res1(x, lambda h: self.self_attn(h, causal))
-        x = self.res2(x, lambda h: self.cross_attn(h, src_mask, memory_kv))
+    def forward(self, x: Tensor, causal: Tensor | None, src_mask: Tensor, cache: LayerCache) -> Tensor:
+        """x `[R, T, D]` (the T newest positions), causal `[T, t]` over all t positions so far
+        (None: every query sees every key), src_mask `[N, 1, 1, S]` -> `[R, T, D]`."""
+        x = self.res1(x, lambda h: self.self_attn(h, causal, cache.self_attn))
+        x = self.res2(x, lambda h: self.cross_attn(h, src_mask, cache.cross_attn))
         return self.res3(x, self.ffn)
-
-    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor) -> Tensor:
-        """One new position x `[B, 1, D]`: appends its keys/values to `cache`, returns `[B, 1, D]`."""
-
-        def self_attn(h: Tensor) -> Tensor:
-            q, k, v = self.self_attn.project_qkv(h)
-            cache.self_k = k if cache.self_k is None else torch.cat([cache.self_k, k], dim=2)
-            cache.self_v = v if cache.self_v is None else torch.cat([cache.self_v, v], dim=2)
-            return self.self_attn.merge(attention(q, cache.self_k, cache.self_v, None))
-
-        x = self.res1(x, self_attn)
-        x = self.res2(x, lambda h: self.cross_attn(h, src_mask, (cache.memory_k, cache.memory_v)))
-        return self.res3(x, self.ffn)
-
-
-@dataclass
-class LayerCache:
-    """Per decoder layer: projected memory keys/values `[B, H, S, E]` and the self-attention
-    keys/values of the positions decoded so far `[B, H, t, E]`."""
-
-    memory_k: Tensor
-    memory_v: Tensor
-    self_k: Tensor | None = None
-    self_v: Tensor | None = None
 
 
 @dataclass
 class DecoderCache:
-    """State for incremental decoding (`Transformer.decode_step`)."""
+    """The decoder's state over N source sentences and R = N*G decoder rows (G per sentence:
+    1 for training and greedy, the beam size in beam search): per-layer caches, the source
+    mask `[N, 1, 1, S]` and the index of the next target position."""
 
     layers: list[LayerCache]
-    src_mask: Tensor  # [B, 1, 1, S]
-    position: int = 0  # index of the next target position
+    src_mask: Tensor
+    position: int = 0
 
-    def select(self, index: Tensor) -> None:
-        """Keep batch rows `index` `[B']` (beam search reordering), in place."""
-        self.src_mask = self.src_mask.index_select(0, index)
+    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keep/reorder the decoder rows `rows` `[R']` (e.g. beam reordering), in place; with
+        `sources` `[N']`, keep only those source sentences too (finished ones dropped). The
+        memory keys/values are never copied per row."""
+        if sources is not None:
+            self.src_mask = self.src_mask[sources]
         for c in self.layers:
-            c.memory_k, c.memory_v = c.memory_k.index_select(0, index), c.memory_v.index_select(0, index)
-            if c.self_k is not None:
-                c.self_k, c.self_v = c.self_k.index_select(0, index), c.self_v.index_select(0, index)
+            if sources is not None:
+                c.cross_attn.k, c.cross_attn.v = c.cross_attn.k[sources], c.cross_attn.v[sources]
+            if c.self_attn.k is not None:
+                c.self_attn.k, c.self_attn.v = c.self_attn.k[rows], c.self_attn.v[rows]
 
 
 class Transformer(nn.Module):
@@ -292,6 +327,10 @@ class Transformer(nn.Module):
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             nn.init.zeros_(emb.weight[self.pad_id])
 
+    def src_mask(self, src: Tensor) -> Tensor:
+        """The source padding mask, built here only: src `[B, S]` -> `[B, 1, 1, S]`, True at real tokens."""
+        return (src != self.pad_id)[:, None, None, :]
+
     def embed(self, embedding: nn.Embedding, ids: Tensor, offset: int = 0) -> Tensor:
         """Token embedding × √D plus sinusoidal positions (§3.4, §3.5): `[B, L]` -> `[B, L, D]`."""
         positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
@@ -300,45 +339,49 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> Tensor:
         """src `[B, S]` token ids -> memory `[B, S, D]`."""
-        mask = (src != self.pad_id)[:, None, None, :]
+        mask = self.src_mask(src)
         x = self.embed(self.src_embed, src)
         for layer in self.encoder:
             x = layer(x, mask)
         return self.enc_norm(x)
 
+    def init_cache(self, memory: Tensor, src: Tensor) -> DecoderCache:
+        """A fresh decoder state: the memory `[N, S, D]` projected to keys/values once per layer,
+        the source mask of src `[N, S]`, no target position yet."""
+        layers = [LayerCache(KVCache(), layer.cross_attn.project_kv(memory)) for layer in self.decoder]
+        return DecoderCache(layers, self.src_mask(src))
+
+    def decoder_states(self, tgt: Tensor, cache: DecoderCache) -> Tensor:
+        """The one decoder: tgt `[R, T]` ids of the next T positions -> final states `[R, T, D]`
+        (before the final norm of pre-norm models). Earlier positions are not recomputed: their
+        keys/values are in `cache`, which is updated in place."""
+        t, start = tgt.size(1), cache.position
+        causal = None
+        if t > 1:
+            causal = torch.ones(t, start + t, dtype=torch.bool, device=tgt.device).tril(diagonal=start)
+        x = self.embed(self.tgt_embed, tgt, offset=start)
+        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
+            x = layer(x, causal, cache.src_mask, layer_cache)
+        cache.position += t
+        return x
+
     def logits(self, x: Tensor) -> Tensor:
-        """Decoder states `[B, T, D]` -> vocabulary logits `[B, T, V]` (tied or own projection)."""
+        """Decoder states `[..., D]` -> vocabulary logits `[..., V]` (tied or own projection)."""
         x = self.dec_norm(x)
         return x @ self.tgt_embed.weight.t() if self.out_proj is None else self.out_proj(x)
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """Teacher-forced decoder: tgt_in `[B, T]` (starts with bos), memory `[B, S, D]`,
         src `[B, S]` (for its padding mask) -> logits `[B, T, V]`."""
-        t = tgt_in.size(1)
-        causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()
-        src_mask = (src != self.pad_id)[:, None, None, :]
-        x = self.embed(self.tgt_embed, tgt_in)
-        for layer in self.decoder:
-            x = layer(x, layer.cross_attn.project_kv(memory), causal, src_mask)
-        return self.logits(x)
+        return self.logits(self.decoder_states(tgt_in, self.init_cache(memory, src)))
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`."""
-        return self.decode(tgt_in, self.encode(src), src)
-
-    def init_cache(self, memory: Tensor, src: Tensor) -> DecoderCache:
-        """Project the memory `[B, S, D]` once per layer for `decode_step`."""
-        layers = [LayerCache(*layer.cross_attn.project_kv(memory)) for layer in self.decoder]
-        return DecoderCache(layers, (src != self.pad_id)[:, None, None, :])
+    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+        """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`; with `keep` (bool `[B, T]`) only
+        the kept positions' logits `[N, V]`, N = keep.sum(), in `keep.nonzero()` order (so the
+        `[tokens, V]` projection and the loss skip pad positions; equals `forward(src, tgt_in)[keep]`)."""
+        x = self.decoder_states(tgt_in, self.init_cache(self.encode(src), src))
+        return self.logits(x if keep is None else x[keep])
 
     def decode_step(self, tgt_last: Tensor, cache: DecoderCache) -> Tensor:
-        """Incremental decoding: the newest token ids `[B]` -> next-token logits `[B, V]`.
-
-        Tokens before it are not recomputed: their keys/values live in `cache`, which is
-        updated in place.
-        """
-        x = self.embed(self.tgt_embed, tgt_last[:, None], offset=cache.position)
-        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
-            x = layer.step(x, layer_cache, cache.src_mask)
-        cache.position += 1
-        return self.logits(x)[:, 0]
+        """Incremental decoding: the newest token ids `[R]` -> next-token logits `[R, V]`."""
+        return self.logits(self.decoder_states(tgt_last[:, None], cache)[:, 0])

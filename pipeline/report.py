@@ -26,15 +26,17 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from pipeline import robustness  # noqa: E402
+from pipeline import translations as tr  # noqa: E402
 from pipeline.attention_maps import AttentionMap, attention_map  # noqa: E402
-from pipeline.config import DecodeConfig  # noqa: E402
+from pipeline.config import DecodeConfig, Params  # noqa: E402
+from pipeline.data import load_corpus  # noqa: E402
 from pipeline.errors import DataError  # noqa: E402
 from pipeline.io import atomic_path, write_text  # noqa: E402
 from pipeline.metrics import score, sentence_chrf  # noqa: E402
-from pipeline.model import Transformer  # noqa: E402
-from pipeline.search import translate  # noqa: E402
-from pipeline.tokenizer import Tokenizer  # noqa: E402
+from pipeline.robustness import RobustnessResult  # noqa: E402
 from pipeline.tracking import git_commit, read_run_id  # noqa: E402, F401 (re-exported)
+from pipeline.translator import Loaded, translate_lines  # noqa: E402
 
 DPI = 100
 FIGSIZE = (8.0, 4.5)  # inches: 800 x 450 px
@@ -69,6 +71,11 @@ def read_json(path: Path) -> dict:
         raise DataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
 
 
+def read_json_optional(path: Path | None) -> dict:
+    """`read_json(path)`, or {} when `path` is None or absent (an older run without the file)."""
+    return read_json(path) if path is not None and Path(path).is_file() else {}
+
+
 def read_log(path: Path) -> list[dict[str, float]]:
     """The training log CSV as rows of floats (an empty cell is NaN).
 
@@ -92,8 +99,11 @@ def read_log(path: Path) -> list[dict[str, float]]:
 class ReportInputs:
     """What the report shows, as plain data.
 
-    `metrics`: `{split: {bleu, chrf, bleu_signature, chrf_signature}}`; `log`: training log rows;
-    `summary`: the train stage's summary; `time_machine_en` (as translated) / `time_machine_seed`:
+    `metrics`: `{split: {bleu, chrf, bleu_lc_tok}}`; `signatures`: the same keys holding sacreBLEU
+    signatures (the score stage's facts file); `log`: training log rows; `summary`: the train
+    stage's summary and facts merged (numbers, device facts, `model`/`optim` config);
+    `robustness`: the robustness table's result and the upper-case BLEU pair (normal source,
+    upper-cased source), or None; `time_machine_en` (as translated) / `time_machine_seed`:
     the seed's sentences and its German; `bucket_*`: one split's English, our German and the
     references; `links`: name -> file shown in the page's file list (only existing ones are linked).
     """
@@ -107,9 +117,49 @@ class ReportInputs:
     bucket_en: list[str]
     bucket_hyps: list[str]
     bucket_refs: list[str]
+    signatures: dict = field(default_factory=dict)
+    robustness: tuple[RobustnessResult, tuple[float, float]] | None = None
     git_commit: str = "unknown"
     mlflow_run_id: str | None = None
     links: dict[str, Path] = field(default_factory=dict)
+
+
+BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
+
+
+def load_inputs(
+    files: dict[str, Path], loaded: Loaded, params: Params, device: str | torch.device
+) -> ReportInputs:
+    """The report's inputs from the run's files (`stages.report.ARGS` names the keys), the corpus
+    and `params`; runs the robustness table and the upper-cased `BUCKET_SPLIT` through `loaded`.
+    The train summary and train facts are merged (either may hold a key), over the params'
+    `model`/`optim` config."""
+    test = load_corpus(params.download.out_dir)[BUCKET_SPLIT]
+    hyps = tr.read_lines(tr.translation_path(files["translations"], BUCKET_SPLIT))
+    table = robustness.read_table(files["robustness"])
+    config = {"model": params.train.model.model_dump(), "optim": params.train.optim.model_dump()}
+    en, seed_de = tr.read_time_machine(files["time_machine"])
+    cfg = params.decode
+    return ReportInputs(
+        metrics=read_json(files["metrics"]),
+        signatures=read_json_optional(files["score_facts"]),
+        log=read_log(files["train_log"]),
+        summary={**config, **read_json(files["train_summary"]), **read_json_optional(files["train_facts"])},
+        robustness=(
+            robustness.pass_rate(loaded, table, cfg, device, params.train.max_len),
+            robustness.uppercase_bleu(loaded, test["en"], test["de"], hyps, cfg, device),
+        ),
+        time_machine_en=en,
+        time_machine_seed=seed_de,
+        bucket_split=BUCKET_SPLIT,
+        bucket_en=test["en"],
+        bucket_hyps=hyps,
+        bucket_refs=test["de"],
+        git_commit=git_commit(),
+        mlflow_run_id=read_run_id(files["mlflow_run_id"]),
+        links={k: files[k] for k in ("metrics", "score_facts", "train_log", "train_summary", "train_facts")}
+        | {f"{s} translations": tr.translation_path(files["translations"], s) for s in tr.EVAL_SPLITS},
+    )
 
 
 # --------------------------------------------------------------------------- computations
@@ -268,28 +318,51 @@ def _link(path: Path, base: Path, text: str | None = None, image: bool = False) 
     return f"{'!' if image else ''}[{text or rel}]({rel})"
 
 
-def _scores_section(metrics: dict, decode: DecodeConfig) -> list[str]:
+def _scores_section(metrics: dict, signatures: dict, decode: DecodeConfig) -> list[str]:
     lines = [
         "## Scores",
         "",
-        f"Beam search (beam {decode.beam_size}, length penalty α = {decode.length_penalty}), detokenised",
-        "output against Multi30k's single reference, scored by sacreBLEU.",
+        f"Beam search (beam {decode.beam_size}, length penalty α = {decode.length_penalty}) against",
+        "Multi30k's single reference. **BLEU**: sacreBLEU on detokenised cased text (its default 13a",
+        "tokenisation). **BLEU lc-tok**: lowercased, Moses-normalised and Moses-tokenised text against",
+        "the dataset's official tokenised references: the figure published Multi30k papers report",
+        "(e.g. Wu et al. 2021: 41.02 on test_2016_flickr), so compare with papers on that column.",
         "",
-        "| split | BLEU | chrF |",
-        "|---|---:|---:|",
+        "| split | BLEU | BLEU lc-tok | chrF |",
+        "|---|---:|---:|---:|",
     ]
-    lines += [f"| {s} | {_num(m['bleu'])} | {_num(m['chrf'])} |" for s, m in metrics.items()]
-    signatures = {(m["bleu_signature"], m["chrf_signature"]) for m in metrics.values()}
+    lines += [
+        f"| {s} | {_num(m.get('bleu'))} | {_num(m.get('bleu_lc_tok'))} | {_num(m.get('chrf'))} |"
+        for s, m in metrics.items()
+    ]
     lines.append("")
-    if len(signatures) == 1:
-        bleu_sig, chrf_sig = signatures.pop()
-        lines += [f"sacreBLEU signatures: BLEU `{bleu_sig}`, chrF `{chrf_sig}`.", ""]
-    else:
+    names = {"bleu": "BLEU", "bleu_lc_tok": "BLEU lc-tok", "chrf": "chrF"}
+    for key, name in names.items():
+        found = {sig[key] for sig in signatures.values() if key in sig}
+        if len(found) == 1:
+            lines.append(f"- {name} signature: `{found.pop()}`")
         lines += [
-            f"- {s}: BLEU `{m['bleu_signature']}`, chrF `{m['chrf_signature']}`" for s, m in metrics.items()
+            f"- {name} signature ({s}): `{sig[key]}`" for s, sig in signatures.items() if len(found) > 1
         ]
-        lines.append("")
-    return lines
+    return [*lines, ""]
+
+
+def _robustness_section(result: tuple[RobustnessResult, tuple[float, float]]) -> list[str]:
+    table, (normal, upper) = result
+    lines = [
+        "## Robustness",
+        "",
+        "Real input goes through sentence splitting, protected spans (numbers, URLs, e-mails,",
+        "characters the tokenizer cannot represent: copied verbatim) and case normalisation",
+        "(`pipeline/textproc.py`).",
+        "",
+        f"- `tests/robustness.tsv`: **{table.passed} / {table.total}** inputs keep every property "
+        "(sentence count, spans verbatim, no token repeated more than 3 times in a row, case restored).",
+        f"- Upper-cased test_2016_flickr source against upper-cased references: BLEU **{_num(upper)}**, "
+        f"against {_num(normal)} for the normal source (its output upper-cased).",
+    ]
+    lines += [f"  - failed: {_cell(text)} ({'; '.join(why)})" for text, why in table.failed[:10]]
+    return [*lines, ""]
 
 
 def _seed_section(metrics: dict, summary: dict, decode: DecodeConfig) -> list[str]:
@@ -346,14 +419,15 @@ def _time_machine_section(rows: list[TimeMachineRow]) -> list[str]:
 
 def _facts_section(inputs: ReportInputs, decode: DecodeConfig, files: list[str]) -> list[str]:
     s = inputs.summary
-    hours = s.get("wall_seconds", math.nan) / 3600
+    seconds = s.get("wall_seconds", s.get("minutes", math.nan) * 60)
+    hours = seconds / 3600
     facts = [
         ("parameters", f"{s.get('parameters', '–'):,}" if isinstance(s.get("parameters"), int) else "–"),
         ("model", ", ".join(f"{k}={v}" for k, v in s.get("model", {}).items())),
         ("optimisation", ", ".join(f"{k}={v}" for k, v in s.get("optim", {}).items())),
         ("decoding", ", ".join(f"{k}={v}" for k, v in decode.model_dump().items())),
         ("steps / epochs", f"{s.get('steps', '–')} / {s.get('epochs', '–')}"),
-        ("training wall time", f"{s.get('wall_seconds', '–')} s ({_num(hours)} h)"),
+        ("training wall time", f"{_num(seconds, 0)} s ({_num(hours)} h)"),
         ("mean tokens/s", str(s.get("mean_tokens_per_s", "–"))),
         (
             "device",
@@ -389,7 +463,8 @@ def render_markdown(
         "",
         "Written by the `report` stage (`pipeline/report.py`) from this run's outputs; do not edit by hand.",
         "",
-        *_scores_section(inputs.metrics, decode),
+        *_scores_section(inputs.metrics, inputs.signatures, decode),
+        *(_robustness_section(inputs.robustness) if inputs.robustness else []),
         *_seed_section(inputs.metrics, inputs.summary, decode),
         "## Training curves",
         "",
@@ -421,8 +496,7 @@ def render_markdown(
 
 def build_report(
     inputs: ReportInputs,
-    model: Transformer,
-    tok: Tokenizer,
+    loaded: Loaded,
     decode: DecodeConfig,
     report_md: Path,
     fig_dir: Path,
@@ -436,7 +510,8 @@ def build_report(
     curves = plot_training_curves(inputs.log, fig_dir)
     buckets = bleu_by_length(inputs.bucket_en, inputs.bucket_hyps, inputs.bucket_refs)
     bucket_chart = plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
-    ours = translate(model, tok, inputs.time_machine_en, decode, device)
+    model, tok = loaded.model, loaded.tokenizer
+    ours = translate_lines(loaded, inputs.time_machine_en, decode, device)
     tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed)
     attention = []
     for i in (i for i in ATTENTION_SENTENCES if i < len(ours)):

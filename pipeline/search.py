@@ -2,35 +2,42 @@
 
 Shapes: B sentences, K beam size, S source length, V vocabulary, L tokens generated so far.
 
-Conventions shared by both searches:
-- Max length: sentence i generates at most `M_i = floor(a * src_len_i + b)` tokens, eos included,
+Conventions shared by both searches (fairseq's rules):
+- Never generated: pad and bos (their log-probs are -inf at every step).
+- Max length: sentence i generates at most `M_i = floor(a * src_len_i + b)` tokens before eos,
   where `src_len_i` counts its non-pad source ids (the source ends with eos, as in training). A
-  hypothesis that reaches `M_i` tokens without eos is finalised as it stands.
+  hypothesis that reaches `M_i` tokens is finished with eos forced: only eos is allowed at step
+  `M_i + 1`, and its log-prob is paid, so a cut-off hypothesis does not beat ones that ended on
+  their own for free.
 - Returned ids exclude bos and eos. A hypothesis that emitted eos is never extended.
 - Ties are broken deterministically toward the lower index (token id, then beam slot), so the
   output of a sentence does not depend on the other sentences in its batch or on padding.
-- Log-probs are summed in float64, so ranking extensions of one prefix equals ranking their
-  log-probs: `beam_search(beam_size=1)` returns exactly what `greedy` does.
+- Log-probs are float32 (log-softmax of the logits); a hypothesis' log-prob is summed in float64,
+  so `beam_search(beam_size=1)` returns exactly what `greedy` does.
 
 Beam search (a "shrinking" beam, as in Nematus): each sentence has K slots. At every step the
-alive hypotheses of a sentence propose all their one-token extensions; the best `n_alive` are
-taken (n_alive = K minus the hypotheses finished so far); a taken extension that ends in eos (or
-reaches M_i) moves to the sentence's finished list and keeps its slot, so the beam shrinks. Hypotheses are
-ranked by `log P(Y) / lp(Y)` with the GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha`
-(Wu et al. 2016, eq. 14), where |Y| counts the generated tokens INCLUDING eos (excluding bos).
+alive hypotheses of a sentence propose their one-token extensions; the best `n_alive` are taken
+(n_alive = K minus the hypotheses finished so far); a taken extension that ends in eos moves to
+the sentence's finished list and keeps its slot, so the beam shrinks. Only each hypothesis' own
+best K tokens can be among the K taken, so those are ranked (`expand`). Hypotheses are ranked by
+`log P(Y) / lp(Y)` with the GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha` (Wu et al.
+2016, eq. 14), where |Y| counts the generated tokens INCLUDING eos (excluding bos).
 
-Stopping rule (per sentence): done when K hypotheses have finished (no alive one is left), or
-when no alive hypothesis can still beat the best finished one, or at max length (alive ones are
-then finalised). The bound is exact for alpha >= 0: extending a hypothesis only lowers its
-log-prob (<= 0), and its length is at most M_i, so its final score is at most
-`log P(prefix) / lp(M_i)`; the search stops once that bound is <= the best finished score. Early
-stopping therefore never changes the result (equal scores keep the earlier-finished hypothesis).
+Stopping rule (per sentence, for the n best): done when K hypotheses have finished (no alive one
+is left), or when no alive hypothesis can still beat the n-th best finished one. The bound is
+exact for alpha >= 0: extending a hypothesis only lowers its log-prob (<= 0), and its length is
+at most M_i + 1, so its final score is at most `log P(prefix) / lp(M_i + 1)`; the search stops
+once that bound is <= the n-th best finished score. Early stopping therefore never changes the
+result (equal scores keep the earlier-finished hypothesis).
+
+The encoder memory's keys/values are computed once per sentence and shared by its K beams
+(`pipeline.model.DecoderCache`); sentences that are done leave the batch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -48,9 +55,10 @@ if TYPE_CHECKING:
 
 
 class Cache(Protocol):
-    """Incremental-decoding state; `select(index)` keeps/reorders batch rows in place."""
+    """Incremental-decoding state: `select(rows, sources=None)` keeps/reorders decoder rows in
+    place and, with `sources`, keeps only those source sentences."""
 
-    def select(self, index: Tensor) -> None: ...
+    def select(self, rows: Tensor, sources: Tensor | None = None) -> None: ...
 
 
 class Decoder(Protocol):
@@ -63,20 +71,29 @@ class Decoder(Protocol):
     def decode_step(self, tgt_last: Tensor, cache: Cache) -> Tensor: ...
 
 
+class Hypothesis(NamedTuple):
+    """A finished hypothesis: ids without bos/eos and its length-normalised log-prob
+    `log P(Y) / lp(Y)` (eos included in Y)."""
+
+    tokens: list[int]
+    score: float
+
+
 def gnmt_length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     """GNMT lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| = generated tokens including eos."""
     return ((5 + length) / 6) ** alpha
 
 
 def max_lengths(src: Tensor, pad_id: int, max_len_a: float, max_len_b: int) -> Tensor:
-    """src `[B, S]` -> per-sentence token budget `M = floor(a * src_len + b)` `[B]` (long, >= 1)."""
+    """src `[B, S]` -> per-sentence budget of tokens before eos `M = floor(a * src_len + b)` `[B]`
+    (long, >= 1)."""
     src_len = (src != pad_id).sum(dim=1).double()
     return torch.floor(src_len * max_len_a + max_len_b).long().clamp(min=1)
 
 
-def log_probs(logits: Tensor) -> Tensor:
-    """Next-token logits `[N, V]` -> log-probs `[N, V]` in float64 (computed in float32)."""
-    return F.log_softmax(logits.float(), dim=-1).double()
+def log_probs(logits: Tensor, banned: Tensor) -> Tensor:
+    """Next-token logits `[R, V]` -> float32 log-probs `[R, V]`, the `banned` ids (pad, bos) -inf."""
+    return F.log_softmax(logits.float(), dim=-1).index_fill_(1, banned, -math.inf)
 
 
 def topk_stable(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -85,9 +102,10 @@ def topk_stable(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     Ties are broken toward the lower index, and the result is ordered by value (descending),
     then index (ascending) -- unlike `torch.topk`, whose choice and order among ties is unspecified.
     """
-    values, index = x.topk(k, dim=1)
-    kth = values[:, -1:]
-    if bool(((x == kth).sum(dim=1) > (values == kth).sum(dim=1)).any()):  # a tie straddles the cut
+    values, index = x.topk(min(k + 1, x.size(1)), dim=1)
+    straddles = values.size(1) > k and bool((values[:, k - 1] == values[:, k]).any())
+    values, index, kth = values[:, :k], index[:, :k], values[:, k - 1 : k]
+    if straddles:  # the (k+1)-th largest equals the k-th: a tie straddles the cut
         above, tied = x > kth, x == kth
         need = k - above.sum(dim=1, keepdim=True)
         chosen = above | (tied & (tied.cumsum(dim=1) <= need))  # the lowest-index tied ones
@@ -98,45 +116,32 @@ def topk_stable(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values.gather(1, order), index.gather(1, order)
 
 
-def strip_after_eos(tokens: Tensor, eos_id: int) -> list[list[int]]:
-    """`[B, L]` ids -> one list per row, cut at its first eos (excluded)."""
-    out = []
-    for row in tokens.tolist():
-        out.append(row[: row.index(eos_id)] if eos_id in row else row)
-    return out
-
-
 @torch.inference_mode()
 def greedy(
     model: Decoder, src: Tensor, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int
 ) -> list[list[int]]:
     """Batched greedy decoding with the KV cache: src `[B, S]` -> B id lists (no bos/eos).
 
-    A sentence that emitted eos stays finished (it is fed eos until the batch ends); the loop
-    stops when every sentence has finished or reached its max length.
+    A sentence leaves the batch when it emits eos or reaches its max length (its forced eos
+    needs no step of its own); the loop ends when none is left.
     """
     limits = max_lengths(src, model.pad_id, max_len_a, max_len_b)
     cache = model.init_cache(model.encode(src), src)
-    last = torch.full_like(limits, bos_id)
-    finished = torch.zeros_like(limits, dtype=torch.bool)
-    steps = []
-    for t in range(int(limits.max())):
-        token = log_probs(model.decode_step(last, cache)).argmax(dim=-1)  # first max on ties
-        token = token.masked_fill(finished, eos_id)
-        steps.append(token)
-        finished |= (token == eos_id) | (t + 1 >= limits)
-        if bool(finished.all()):
-            break
-        last = token
-    return strip_after_eos(torch.stack(steps, dim=1), eos_id)
-
-
-@dataclass
-class Finished:
-    """A finished hypothesis: ids without bos/eos and its length-penalised score."""
-
-    tokens: list[int]
-    score: float
+    banned = torch.tensor([model.pad_id, bos_id], device=src.device)
+    sentence = torch.arange(src.size(0), device=src.device)
+    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    out: list[list[int]] = [[] for _ in range(src.size(0))]
+    while sentence.numel():
+        next_token = log_probs(model.decode_step(tokens[:, -1], cache), banned).argmax(dim=-1)  # first max
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        done = (next_token == eos_id) | (tokens.size(1) - 1 >= limits)
+        if bool(done.any()):
+            for i, ids in zip(sentence[done].tolist(), tokens[done, 1:].tolist(), strict=True):
+                out[i] = ids[:-1] if ids[-1] == eos_id else ids
+            keep = (~done).nonzero()[:, 0]
+            sentence, limits, tokens = sentence[keep], limits[keep], tokens[keep]
+            cache.select(keep, keep)
+    return out
 
 
 @dataclass
@@ -150,8 +155,8 @@ class Beam:
     scores: Tensor  # [N, K] float64 log P of each slot's hypothesis
     tokens: Tensor  # [N*K, L] ids generated so far (no bos)
     n_alive: Tensor  # [N] slots still searching: K minus the finished hypotheses
-    limits: Tensor  # [N] max length M
-    best: Tensor  # [N] float64 best finished score, -inf when none
+    limits: Tensor  # [N] max length M (tokens before eos)
+    cutoff: Tensor  # [N] float64 n-th best finished score, -inf while fewer have finished
 
     def keep(self, rows: Tensor) -> Tensor:
         """Keep the sentences `rows` `[N']` (others are done), in place; returns their slot rows
@@ -159,7 +164,7 @@ class Beam:
         k = self.scores.size(1)
         flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).view(-1)
         self.sentence, self.scores, self.n_alive = self.sentence[rows], self.scores[rows], self.n_alive[rows]
-        self.limits, self.best, self.tokens = self.limits[rows], self.best[rows], self.tokens[flat]
+        self.limits, self.cutoff, self.tokens = self.limits[rows], self.cutoff[rows], self.tokens[flat]
         return flat
 
 
@@ -174,7 +179,7 @@ def init_beam(limits: Tensor, k: int) -> Beam:
         tokens=torch.empty((n * k, 0), dtype=torch.long, device=device),
         n_alive=torch.full((n,), k, dtype=torch.long, device=device),
         limits=limits,
-        best=torch.full((n,), -math.inf, dtype=torch.float64, device=device),
+        cutoff=torch.full((n,), -math.inf, dtype=torch.float64, device=device),
     )
 
 
@@ -186,32 +191,47 @@ class Extensions(NamedTuple):
     tokens: Tensor  # the token appended
 
 
+def force_eos_at_limit(beam: Beam, logp: Tensor, eos_id: int) -> Tensor:
+    """logp `[N*K, V]` with every token but eos -inf in the rows of sentences whose hypotheses
+    have M tokens (fairseq's rule: the hypothesis ends there and pays for its eos)."""
+    at_limit = beam.tokens.size(1) >= beam.limits
+    if not bool(at_limit.any()):
+        return logp
+    rows = at_limit.repeat_interleave(beam.scores.size(1))[:, None]
+    not_eos = torch.arange(logp.size(1), device=logp.device)[None, :] != eos_id
+    return logp.masked_fill(rows & not_eos, -math.inf)
+
+
 def expand(beam: Beam, logp: Tensor) -> Extensions:
-    """Rank every one-token extension of the alive hypotheses: logp `[N*K, V]` -> best K each."""
+    """Rank the one-token extensions of the alive hypotheses: logp `[N*K, V]` -> best K each.
+
+    Each hypothesis' own best K tokens (ties: lower id) are the only ones of it that can be
+    taken, so only those N*K*K candidates are summed in float64 and ranked (ties: lower slot,
+    then lower id, as a full ranking of all N*K*V would give).
+    """
     n, k = beam.scores.shape
-    vocab = logp.size(-1)
-    if vocab < k:
-        raise ValueError(f"beam size {k} exceeds the vocabulary size {vocab}")
-    candidates = (beam.scores.view(-1, 1) + logp).view(n, k * vocab)
+    top, token = topk_stable(logp, k)  # [N*K, K]
+    candidates = (beam.scores.view(-1, 1) + top.double()).view(n, k * k)
     scores, flat = topk_stable(candidates, k)
-    return Extensions(scores, flat // vocab, flat % vocab)
+    return Extensions(scores, flat // k, token.view(n, k * k).gather(1, flat))
 
 
 def record_finished(
-    beam: Beam, ext: Extensions, ends: Tensor, eos_id: int, alpha: float, finished: list[list[Finished]]
+    beam: Beam, ext: Extensions, ends: Tensor, alpha: float, n_best: int, finished: list[list[Hypothesis]]
 ) -> None:
-    """Move the taken extensions that end (`ends` `[N, K]`) to their sentence's finished list."""
+    """Move the taken extensions that end in eos (`ends` `[N, K]`) to their sentence's finished
+    list; update the sentences' n-th best finished score."""
     rows, ranks = ends.nonzero(as_tuple=True)
     if rows.numel() == 0:
         return
     k, length = ext.scores.size(1), beam.tokens.size(1) + 1
     prefixes = beam.tokens[rows * k + ext.slots[rows, ranks]].tolist()
     penalised = (ext.scores[rows, ranks] / gnmt_length_penalty(length, alpha)).tolist()
-    last = ext.tokens[rows, ranks].tolist()
-    for row, prefix, token, score in zip(rows.tolist(), prefixes, last, penalised, strict=True):
-        hyp = Finished(prefix if token == eos_id else prefix + [token], score)
-        finished[int(beam.sentence[row])].append(hyp)
-        beam.best[row] = max(float(beam.best[row]), score)
+    for row, prefix, score in zip(rows.tolist(), prefixes, penalised, strict=True):
+        hyps = finished[int(beam.sentence[row])]
+        hyps.append(Hypothesis(prefix, score))
+        if len(hyps) >= n_best:
+            beam.cutoff[row] = sorted((h.score for h in hyps), reverse=True)[n_best - 1]
 
 
 def advance(beam: Beam, cache: Cache, ext: Extensions, alive: Tensor) -> None:
@@ -226,9 +246,9 @@ def advance(beam: Beam, cache: Cache, ext: Extensions, alive: Tensor) -> None:
 
 
 def done_sentences(beam: Beam, alpha: float) -> Tensor:
-    """`[N]` True where no alive hypothesis can beat the best finished one (see the module doc)."""
-    bound = beam.scores.max(dim=1).values / gnmt_length_penalty(beam.limits.double(), alpha)
-    return (beam.n_alive == 0) | (beam.best >= bound)
+    """`[N]` True where no alive hypothesis can beat the n-th best finished one (module doc)."""
+    bound = beam.scores.max(dim=1).values / gnmt_length_penalty(beam.limits.double() + 1, alpha)
+    return (beam.n_alive == 0) | (beam.cutoff >= bound)
 
 
 def drop_done(beam: Beam, cache: Cache, last: Tensor, alpha: float) -> Tensor:
@@ -237,16 +257,52 @@ def drop_done(beam: Beam, cache: Cache, last: Tensor, alpha: float) -> Tensor:
     if rows.numel() == beam.sentence.numel():
         return last
     flat = beam.keep(rows)
-    cache.select(flat)
+    cache.select(flat, rows)
     return last[flat]
 
 
-def best_hypothesis(hyps: list[Finished]) -> list[int]:
-    """The highest-scoring finished hypothesis; on equal scores the earliest finished."""
-    return max(hyps, key=lambda h: h.score).tokens if hyps else []  # max keeps the first of equals
+def n_best_hypotheses(hyps: list[Hypothesis], n: int) -> list[Hypothesis]:
+    """The n highest-scoring finished hypotheses, best first; equal scores keep finishing order."""
+    return sorted(hyps, key=lambda h: -h.score)[:n]
 
 
 @torch.inference_mode()
+def beam_search_n_best(
+    model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig, n_best: int
+) -> list[list[Hypothesis]]:
+    """Batched beam search with the KV cache (rows flattened to `[N*K]`): src `[B, S]` -> for
+    each sentence its `n_best` (<= `cfg.beam_size`) best finished hypotheses, best first, with
+    their length-normalised log-probs. See the module doc for the ranking, the length penalty
+    (`cfg.length_penalty` is its alpha, >= 0), the length limit and the stopping rule.
+
+    Raises:
+        ValueError: negative length penalty, `n_best` outside 1..beam_size, or a beam wider
+            than the vocabulary less pad and bos.
+    """
+    k, alpha = cfg.beam_size, cfg.length_penalty
+    if alpha < 0:
+        raise ValueError(f"length_penalty must be >= 0, got {alpha}")
+    if not 1 <= n_best <= k:
+        raise ValueError(f"n_best must be between 1 and the beam size {k}, got {n_best}")
+    beam = init_beam(max_lengths(src, model.pad_id, cfg.max_len_a, cfg.max_len_b), k)
+    cache = model.init_cache(model.encode(src), src)
+    cache.select(torch.arange(src.size(0), device=src.device).repeat_interleave(k))
+    banned = torch.tensor([model.pad_id, bos_id], device=src.device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    last = torch.full((src.size(0) * k,), bos_id, dtype=torch.long, device=src.device)
+    while beam.sentence.numel():
+        logp = log_probs(model.decode_step(last, cache), banned)
+        if logp.size(1) - len(banned) < k:
+            raise ValueError(f"beam size {k} exceeds the vocabulary size {logp.size(1)} less pad and bos")
+        ext = expand(beam, force_eos_at_limit(beam, logp, eos_id))
+        taken = torch.arange(k, device=src.device)[None, :] < beam.n_alive[:, None]
+        ends = taken & (ext.tokens == eos_id)
+        record_finished(beam, ext, ends, alpha, n_best, finished)
+        advance(beam, cache, ext, taken & ~ends)
+        last = drop_done(beam, cache, ext.tokens.view(-1), alpha)
+    return [n_best_hypotheses(hyps, n_best) for hyps in finished]
+
+
 def beam_search(
     model: Decoder,
     src: Tensor,
@@ -257,26 +313,14 @@ def beam_search(
     max_len_a: float,
     max_len_b: int,
 ) -> list[list[int]]:
-    """Batched beam search with the KV cache (rows flattened to `[N*K]`): src `[B, S]` -> B id
-    lists (no bos/eos), each its sentence's best finished hypothesis. See the module doc for the
-    ranking, the length penalty (`length_penalty` is its alpha, >= 0) and the stopping rule."""
+    """`beam_search_n_best` with n_best 1: src `[B, S]` -> B id lists (no bos/eos), each its
+    sentence's best finished hypothesis."""
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
-    k, alpha = beam_size, length_penalty
-    beam = init_beam(max_lengths(src, model.pad_id, max_len_a, max_len_b), k)
-    cache = model.init_cache(model.encode(src), src)
-    cache.select(torch.arange(src.size(0), device=src.device).repeat_interleave(k))
-    finished: list[list[Finished]] = [[] for _ in range(src.size(0))]
-    last = torch.full((src.size(0) * k,), bos_id, dtype=torch.long, device=src.device)
-    while beam.sentence.numel():
-        ext = expand(beam, log_probs(model.decode_step(last, cache)))
-        taken = torch.arange(k, device=src.device)[None, :] < beam.n_alive[:, None]
-        at_limit = (beam.tokens.size(1) + 1 >= beam.limits)[:, None]
-        ends = taken & ((ext.tokens == eos_id) | at_limit)
-        record_finished(beam, ext, ends, eos_id, alpha, finished)
-        advance(beam, cache, ext, taken & ~ends)
-        last = drop_done(beam, cache, ext.tokens.view(-1), alpha)
-    return [best_hypothesis(hyps) for hyps in finished]
+    cfg = DecodeConfig(
+        beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b
+    )
+    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, 1)]
 
 
 def batches(order: Sequence[int], size: int) -> Iterator[list[int]]:
@@ -289,9 +333,30 @@ def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: Dec
     """Greedy when `cfg.beam_size == 1` (identical to a beam of 1, and cheaper), else beam search."""
     if cfg.beam_size == 1:
         return greedy(model, src, bos_id, eos_id, cfg.max_len_a, cfg.max_len_b)
-    return beam_search(
-        model, src, bos_id, eos_id, cfg.beam_size, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b
-    )
+    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, 1)]
+
+
+def decode_sentences(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    decode: Callable[[Tensor], list],
+    progress: bool = False,
+) -> list:
+    """Run `decode` (src `[B, S]` -> one result per row) over raw sentences, `cfg.batch_size` at a
+    time, longest first; returns the results in input order, None for blank inputs (the model
+    does not see them). Sources are pieces + eos, as in training, on the CPU."""
+    ids = tokenizer.encode_batch(list(sentences))
+    todo = [i for i, text in enumerate(sentences) if text.strip()]
+    order = sorted(todo, key=lambda i: (-len(ids[i]), i))
+    outputs: list = [None] * len(sentences)
+    chunks = list(batches(order, cfg.batch_size))
+    for chunk in tqdm(chunks, desc="decode", unit="batch", disable=not progress):
+        src = pad([ids[i] + [tokenizer.eos_id] for i in chunk], model.pad_id)
+        for i, result in zip(chunk, decode(src), strict=True):
+            outputs[i] = result
+    return outputs
 
 
 def translate(
@@ -310,15 +375,41 @@ def translate(
     the model. `progress` shows a tqdm bar over batches.
     """
     model.eval().to(device)
-    ids = tokenizer.encode_batch(list(sentences))
-    todo = [i for i, text in enumerate(sentences) if text.strip()]
-    order = sorted(todo, key=lambda i: (-len(ids[i]), i))
-    outputs = [""] * len(sentences)
-    chunks = list(batches(order, cfg.batch_size))
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
     with torch.inference_mode():
-        for chunk in tqdm(chunks, desc="decode", unit="batch", disable=not progress):
-            src = pad([ids[i] + [tokenizer.eos_id] for i in chunk], model.pad_id).to(device)
-            hyps = decode_batch(model, src, tokenizer.bos_id, tokenizer.eos_id, cfg)
-            for i, hyp in zip(chunk, hyps, strict=True):
-                outputs[i] = tokenizer.decode(hyp)
-    return outputs
+        hyps = decode_sentences(
+            model,
+            tokenizer,
+            sentences,
+            cfg,
+            lambda src: decode_batch(model, src.to(device), bos, eos, cfg),
+            progress,
+        )
+    return ["" if h is None else tokenizer.decode(h) for h in hyps]
+
+
+def translate_n_best(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    n_best: int,
+    device: str | torch.device = "cpu",
+) -> list[list[tuple[str, float]]]:
+    """The `n_best` best translations of each sentence, best first, as (detokenised text,
+    length-normalised log-prob) pairs, by beam search with `cfg` (beam 1 included), batched as
+    `translate` does. Blank inputs give an empty list.
+
+    Raises:
+        ValueError: `n_best` outside 1..cfg.beam_size.
+    """
+    if not 1 <= n_best <= cfg.beam_size:
+        raise ValueError(f"n_best must be between 1 and the beam size {cfg.beam_size}, got {n_best}")
+    model.eval().to(device)
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+
+    def decode(src: Tensor) -> list[list[Hypothesis]]:
+        return beam_search_n_best(model, src.to(device), bos, eos, cfg, n_best)
+
+    results = decode_sentences(model, tokenizer, sentences, cfg, decode)
+    return [[] if r is None else [(tokenizer.decode(h.tokens), h.score) for h in r] for r in results]

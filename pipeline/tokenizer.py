@@ -1,7 +1,9 @@
 """One joint SentencePiece model for EN and DE: training it, and encoding/decoding with it.
 
 Special ids are fixed across the project: pad=0, unk=1, bos=2, eos=3. `encode` adds neither bos
-nor eos; the model/search code adds them where needed.
+nor eos; the model/search code adds them where needed. The placeholders of protected spans
+(`pipeline.textproc.PLACEHOLDERS`, ｟1｠..｟9｠) are user-defined symbols: one piece each (ids 4..12),
+never split and left alone by SentencePiece's NFKC normalisation, so `decode(encode(x)) == x`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sentencepiece as spm
 from pipeline.config import TokenizerConfig
 from pipeline.errors import CheckpointError
 from pipeline.io import atomic_path, write_text
+from pipeline.textproc import PLACEHOLDERS
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # indexed by the ids above
@@ -37,6 +40,7 @@ def _trainer_options(cfg: TokenizerConfig) -> dict[str, object]:
         "unk_piece": unk,
         "bos_piece": bos,
         "eos_piece": eos,
+        "user_defined_symbols": list(PLACEHOLDERS),
         "hard_vocab_limit": False,  # a small (smoke) corpus may not support vocab_size pieces
         "input_sentence_size": 0,  # use every sentence: no random sampling
         "shuffle_input_sentence": False,

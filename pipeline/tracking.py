@@ -1,4 +1,5 @@
-"""Experiment tracking: the `Tracker` interface the trainer calls, and its MLflow implementation.
+"""Experiment tracking: the `Tracker` interface the training loop calls, its MLflow
+implementation, and the console progress of a training.
 
 Where MLflow records go: env `MLFLOW_TRACKING_URI` when set, else the embedded database
 `sqlite:///<repository root>/mlflow.db` (no server). The root is found from this file's
@@ -16,12 +17,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from tqdm import tqdm
 
 from pipeline.io import write_json, write_text
+
+if TYPE_CHECKING:
+    from pipeline.config import Params
 
 
 class Tracker(Protocol):
@@ -138,24 +146,23 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status)
 
 
-def start_train_run(
-    experiment: str,
-    resume_file: Path,
-    fingerprint: str,
-    params: Mapping[str, object],
-    tags: Mapping[str, str],
-) -> MlflowTracker:
-    """The MLflow run of a `train` stage run: the one in `resume_file` when it belongs to the same
-    `fingerprint` and the training resumes (`last.pt` beside it), else a new one with `params` and
-    `tags`. `resume_file` is rewritten atomically."""
+RUN_INFO = "mlflow_run.json"  # in the checkpoint folder: the MLflow run a continued training adds to
+
+
+def start_train_run(params: Params, out_dir: Path, fingerprint: str, device: object) -> MlflowTracker:
+    """The MLflow run of a `train` stage run: the one named in `out_dir/mlflow_run.json` when it has
+    the same `fingerprint` and the training continues (`last.pt` beside it), else a new one with
+    every param (flattened) and tags (git commit, device, torch, the corpus checksums)."""
     from mlflow.exceptions import MlflowException
 
-    c, exp_id = client(), experiment_id(experiment)
+    from pipeline.data import SHA256
+
+    c, exp_id, info = client(), experiment_id(params.mlflow.experiment), Path(out_dir) / RUN_INFO
     try:
-        previous = json.loads(resume_file.read_text())
+        previous = json.loads(info.read_text())
     except (OSError, ValueError):
         previous = {}  # absent or unreadable: a new run
-    resuming = (resume_file.parent / "last.pt").is_file()
+    resuming = (Path(out_dir) / "last.pt").is_file()
     if resuming and isinstance(previous, dict) and previous.get("fingerprint") == fingerprint:
         try:
             run = c.get_run(previous["run_id"])
@@ -165,12 +172,31 @@ def start_train_run(
                 return MlflowTracker(run.info.run_id)
         except MlflowException:
             pass  # deleted, or another database: start afresh
-    run = c.create_run(exp_id, tags=dict(tags))
+    tags = {"git_commit": git_commit(), "stage": "train", "device": str(device), "torch": _torch_version()}
+    tags |= {f"data.sha256.{name}": sha for name, sha in sorted(SHA256.items())}
+    run = c.create_run(exp_id, tags=tags)
     tracker = MlflowTracker(run.info.run_id)
-    tracker.log_params(params)
-    write_json(resume_file, {"run_id": run.info.run_id, "fingerprint": fingerprint})
-    print(f"mlflow: run {run.info.run_id} in experiment {experiment!r} at {tracking_uri()}")
+    tracker.log_params(flatten(params.model_dump()))
+    write_json(info, {"run_id": run.info.run_id, "fingerprint": fingerprint})
+    print(f"mlflow: run {run.info.run_id} in experiment {params.mlflow.experiment!r} at {tracking_uri()}")
     return tracker
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+@contextmanager
+def finishing(tracker: Tracker) -> Iterator[Tracker]:
+    """Mark the tracker's run FINISHED when the block completes, FAILED when it raises."""
+    try:
+        yield tracker
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish("FINISHED")
 
 
 def write_run_id(path: Path, run_id: str) -> None:
@@ -190,3 +216,47 @@ def read_run_id(path: Path) -> str | None:
     path = Path(path)
     text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
     return text.splitlines()[0].strip() if text else None
+
+
+class ConsoleProgress:
+    """A training's progress on the console (rank 0 only: `enabled`).
+
+    On a terminal: a tqdm bar whose percentage and ETA follow whichever budget ends the run first
+    (`max_steps` or `max_minutes`). Elsewhere (a log file, CI, a Prefect worker): no carriage-return
+    frames, one plain line every `every` steps. Validation rows go through `line`.
+    """
+
+    def __init__(self, max_steps: int, max_minutes: float, enabled: bool = True, every: int = 50) -> None:
+        self.max_steps, self.max_seconds, self.every, self.enabled = (
+            max_steps,
+            max_minutes * 60,
+            every,
+            enabled,
+        )
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            fmt = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}"
+            self.bar = tqdm(total=1000, desc="train", bar_format=fmt, mininterval=2, dynamic_ncols=True)
+
+    def update(self, step: int, seconds: float, stats: Mapping[str, float]) -> None:
+        """After optimizer step `step`, `seconds` into the run's budget; `stats` as name -> value."""
+        if not self.enabled:
+            return
+        text = " ".join(f"{k}={v:.4g}" for k, v in stats.items())
+        where = f"step {step}/{self.max_steps}, {seconds / 60:.1f}/{self.max_seconds / 60:g} min"
+        if self.bar is None:
+            if step % self.every == 0:
+                print(f"train: {where}, {text}", flush=True)
+            return
+        done = max(step / self.max_steps, seconds / self.max_seconds)
+        self.bar.update(max(0, min(1000, round(1000 * done)) - self.bar.n))
+        self.bar.set_postfix_str(f"{where}, {text}", refresh=False)
+
+    def line(self, text: str) -> None:
+        """Print `text` on a line of its own (above the bar on a terminal)."""
+        if self.enabled:
+            tqdm.write(text) if self.bar is not None else print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

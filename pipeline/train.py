@@ -1,25 +1,34 @@
-"""The training loop shared by `warmup_train` and `train`.
+"""The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`.
 
-Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule
-(Vaswani et al. 2017, §5.3), gradient clipping and accumulation, bf16 autocast where it
-pays, periodic validation, atomic `last.pt`/`best.pt`, exact resume, early stopping,
-wall-clock and step budgets, and averaging of the last N checkpoints.
+Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule (Vaswani et al.
+2017, §5.3-5.4), gradient clipping and accumulation, bf16 autocast where it pays. Every
+`val_every` steps rank 0 validates and writes `best.pt` (when val improved), `step<N>.pt` (the
+last `average_last` kept for the final average; both weights only) and `last.pt` (weights,
+optimizer, RNG, data position: what continues the run exactly). Training stops at the first of
+`max_steps`, `max_minutes` (wall clock, validation included) and `patience` validations without
+a better score.
+
+A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
+schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
+raising `max_minutes` or `max_steps` continues a finished run where it stopped.
 
 Under `torchrun` (see `pipeline.distributed`) the model is wrapped in DistributedDataParallel:
 each optimizer step takes the next `accum_steps × world size` batches of the seeded order and
-rank r trains on every world-size-th of them, so the ranks see disjoint batches and the step is
-the one a single process would take with `accum_steps × world size` micro-batches. Rank 0
-alone validates, decides when to stop (broadcast to all), and writes checkpoints, the log,
-tracking records and progress output.
+rank r trains on every world-size-th of them, so the step is the one a single process would take
+with `accum_steps × world size` micro-batches. Rank 0 alone validates, decides when to stop
+(broadcast to all), and writes checkpoints, the log, tracking records and progress output.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import platform
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +37,154 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from pipeline import checkpoint
 from pipeline.batching import Pair, collate, make_batches
-from pipeline.config import OptimConfig
+from pipeline.config import DecodeConfig, ModelConfig, OptimConfig, TrainConfig
 from pipeline.device import autocast
 from pipeline.distributed import World
 from pipeline.errors import PipelineError
+from pipeline.evaluate import Validation
 from pipeline.io import atomic_path
+from pipeline.metrics import score as sacrebleu
 from pipeline.model import Transformer
-from pipeline.tracking import NullTracker, Tracker
+from pipeline.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from pipeline.tracking import ConsoleProgress, NullTracker, Tracker
 
-Validate = Callable[[Transformer], dict[str, float]]  # -> {"val_loss": ..., "<score name>": ...}
+LOG_EVERY = 50  # steps between train-loss records (MLflow) and plain progress lines
+
+
+@dataclass
+class RunContext:
+    """Where and how one training runs."""
+
+    out_dir: Path  # checkpoints
+    log_csv: Path  # one row per validation
+    data_id: str  # identifies the training pairs (see `data_id`)
+    world: World = field(default_factory=World)
+    tracker: Tracker = field(default_factory=NullTracker)
+    device: torch.device = torch.device("cpu")
+    bf16: bool = False
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in `last.pt` so a continued run picks up exactly here."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already taken
+    wall_seconds: float = 0.0  # training time so far, over all sessions of the run
+    best_score: float = -math.inf
+    bad_validations: int = 0  # validations since the best
+    log: list[dict] = field(default_factory=list)  # the rows of the log CSV
+    kept: list[str] = field(default_factory=list)  # step checkpoints kept for averaging, oldest first
+
+
+def train(
+    model: Transformer, pairs: list[Pair], validate: Validation, cfg: OptimConfig, run: RunContext
+) -> Progress:
+    """Train `model` on `pairs` (piece ids without specials) until a budget or the patience runs out.
+
+    `validate(model)` returns {"val_loss": ..., validate.metric_name: score (higher = better)}.
+    Returns the final progress (rank 0's log and kept checkpoints).
+
+    Raises:
+        PipelineError: the loss is not finite (the last good `last.pt` is kept).
+        CheckpointError: `last.pt` cannot be read.
+    """
+    world, out_dir = run.world, run.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.to(run.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+    identity = run_identity(model, cfg, run)
+    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world)
+    progress = Progress(**saved) if saved else Progress()
+    if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
+        seed_everything(cfg.seed + 1000 * world.rank + progress.step)
+    net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
+    order = EpochOrder(pairs, cfg.max_tokens, cfg.seed)
+    started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
+    console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
+    window = Window()
+
+    def validation_point(lr: float) -> None:  # rank 0: validate, log, save the checkpoints
+        progress.wall_seconds = time.time() - started
+        metrics = validate(model)
+        row = dict(step=progress.step, epoch=progress.epoch, train_loss=window.loss(), **metrics, lr=lr,
+                   tokens_per_s=window.tokens_per_second(), wall_seconds=round(progress.wall_seconds, 1))  # fmt: skip
+        progress.log.append(row)
+        console.line(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        run.tracker.log_metrics(metrics, progress.step)
+        improved = metrics[validate.metric_name] > progress.best_score
+        if improved:
+            progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
+        else:
+            progress.bad_validations += 1
+        save_checkpoints(model, optimizer, progress, improved, identity, cfg.average_last, run)
+        write_log(progress.log, run.log_csv)
+        window.reset()
+
+    lr = inverse_sqrt_lr(progress.step, cfg.peak_lr, cfg.warmup_steps)
+    try:
+        while world.rank0_says(budget_left(progress, cfg, time.time() - started)):
+            batches = [
+                to_tensors(pairs, b, model.pad_id, run.device)
+                for b in next_batches(order, progress, cfg, world)
+            ]
+            lr = inverse_sqrt_lr(progress.step + 1, cfg.peak_lr, cfg.warmup_steps)
+            loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
+            progress.step += 1
+            if not math.isfinite(loss):
+                raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
+                                    f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
+            window.add(loss, n_tokens)
+            stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
+            console.update(progress.step, time.time() - started, stats)
+            if world.is_main and progress.step % LOG_EVERY == 0:
+                run.tracker.log_metrics(stats, progress.step)
+            if world.is_main and progress.step % cfg.val_every == 0:
+                validation_point(lr)
+    finally:
+        console.close()  # before any error message, so it gets a line of its own
+    if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
+        validation_point(lr)  # the final weights, once
+    if world.is_main:
+        write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
+    return progress
+
+
+def train_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[list[Tensor]],
+    lr: float,
+    cfg: OptimConfig,
+    run: RunContext,
+) -> tuple[float, int]:
+    """One optimizer step over this rank's micro-batches `[(src, tgt_in, tgt_out)]` at learning
+    rate `lr`. Returns (loss per target token, target tokens), both summed over all ranks.
+
+    The summed loss of a micro-batch is scaled by world size / target tokens of the whole step:
+    DDP averages gradients over ranks, so the step follows the mean loss per target token.
+    """
+    net.train()
+    optimizer.zero_grad(set_to_none=True)
+    pad_id = getattr(net, "module", net).pad_id  # the Transformer, inside DDP's wrapper or not
+    n_tokens = int(run.world.sum(sum(int((tgt_out != pad_id).sum()) for *_, tgt_out in batches)))
+    total = 0.0
+    for src, tgt_in, tgt_out in batches:
+        keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
+        with autocast(run.device, run.bf16):
+            logits = net(src, tgt_in, keep)  # [N, V], N = keep.sum()
+        loss = label_smoothed_loss(logits, tgt_out[keep], pad_id, cfg.label_smoothing)
+        (loss * run.world.size / n_tokens).backward()
+        total += loss.item()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.clip_norm)
+    optimizer.step()
+    return run.world.sum(total) / n_tokens, n_tokens
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
@@ -55,9 +199,152 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: 
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
-    """lr = peak · min(step / warmup, √(warmup / step)): §5.3's schedule, scaled to peak at warmup."""
+    """lr of optimizer step `step` (1-based) = peak · min(step / warmup, √(warmup / step)): §5.3's
+    schedule, scaled to peak at `warmup_steps`."""
     step = max(step, 1)
     return peak_lr * min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def budget_left(progress: Progress, cfg: OptimConfig, seconds: float) -> bool:
+    """Steps, wall-clock time (`seconds` spent, earlier sessions included) and patience left?"""
+    return (
+        progress.step < cfg.max_steps
+        and seconds < cfg.max_minutes * 60
+        and progress.bad_validations < cfg.patience
+    )
+
+
+class EpochOrder:
+    """The seeded batch order of an epoch (`pipeline.batching.make_batches`), computed once per epoch."""
+
+    def __init__(self, pairs: list[Pair], max_tokens: int, seed: int) -> None:
+        self.pairs, self.max_tokens, self.seed, self.cached = pairs, max_tokens, seed, (-1, [])
+
+    def __call__(self, epoch: int) -> list[list[int]]:
+        if self.cached[0] != epoch:
+            self.cached = (epoch, make_batches(self.pairs, self.max_tokens, self.seed, epoch))
+        return self.cached[1]
+
+
+def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world: World) -> list[list[int]]:
+    """This rank's share of the next `accum_steps × world size` batches of the seeded order
+    (crossing epochs): every world-size-th batch, starting at its rank. Advances `progress`."""
+    out = []
+    while len(out) < cfg.accum_steps * world.size:
+        batches = order(progress.epoch)
+        if progress.batch_in_epoch >= len(batches):
+            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+            continue
+        out.append(batches[progress.batch_in_epoch])
+        progress.batch_in_epoch += 1
+    return out[world.rank :: world.size]
+
+
+def to_tensors(pairs: list[Pair], batch: list[int], pad_id: int, device: torch.device) -> list[Tensor]:
+    """The pairs at indices `batch` as `[src [B, S], tgt_in [B, T], tgt_out [B, T]]` on `device`."""
+    return [t.to(device) for t in collate([pairs[i] for i in batch], pad_id, BOS_ID, EOS_ID)]
+
+
+def save_checkpoints(
+    model, optimizer, progress: Progress, improved: bool, identity: dict, average_last: int, run
+):
+    """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
+    `average_last` kept), then `last.pt` (everything). Each file is tracked as it is written."""
+    written, weights = [], checkpoint.weights(model)
+    if improved:
+        written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}))
+    name = f"step{progress.step:07d}.pt"
+    written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}))
+    progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
+    state = checkpoint.training_state(model, optimizer, asdict(progress), identity)
+    written.append(checkpoint.save(run.out_dir / "last.pt", state))
+    for path in written:
+        run.tracker.log_artifact(path, "checkpoints")
+
+
+def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
+    """What the training trajectory depends on, hence what `last.pt` must share to be continued:
+    the model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
+    (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets
+    (max_steps, max_minutes, patience), val_every, average_last, threads or the validation set."""
+    return {
+        "model": model.cfg.model_dump(),
+        "vocab_size": model.vocab_size,
+        "data": run.data_id,
+        "optim": {name: getattr(cfg, name) for name in cfg.TRAJECTORY},
+        "bf16": run.bf16,
+        "processes": run.world.size,
+    }
+
+
+def data_id(pairs: list[Pair]) -> str:
+    """SHA-256 of the training pairs' ids: changes with the corpus, the tokenizer or `max_len`."""
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+
+
+def bleu_validation(
+    tok: Tokenizer, val: Mapping[str, list[str]], decode: DecodeConfig, max_tokens: int, device: torch.device
+) -> Validation:
+    """Validation on Multi30k val sentences (`val["en"]`, `val["de"]`): loss, and sacreBLEU of the
+    greedy outputs (`val_bleu`)."""
+    return Validation(
+        encode_pairs(tok, val["en"], val["de"]), list(val["de"]), tok.decode, "val_bleu",
+        lambda hyps, refs: sacrebleu(hyps, refs)["bleu"], decode, max_tokens, device,
+    )  # fmt: skip
+
+
+def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | None = None) -> list[Pair]:
+    """(src ids, tgt ids) per pair; pairs with a side over `max_len` pieces are dropped."""
+    pairs = list(zip(tok.encode_batch(en), tok.encode_batch(de), strict=True))
+    return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]
+
+
+def finish(model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext):
+    """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
+    as `out_dir/model.pt` and track it. Returns (metrics, facts) for the stage to write."""
+    state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
+    checkpoint.save(run.out_dir / "model.pt", state)
+    run.tracker.log_artifact(run.out_dir / "model.pt", "model")
+    metrics = summary(progress) | {
+        "final_val_bleu": choice["candidates"][choice["source"]],
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names
+    print(f"train: final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")
+    return metrics, run_facts(cfg, run, choice)
+
+
+def summary(progress: Progress) -> dict[str, float]:
+    """The numbers of a finished run people compare (DVC metrics; MLflow metrics of the same names)."""
+    rows = progress.log
+    return {
+        "steps": progress.step,
+        "epochs": progress.epoch,
+        "minutes": round(progress.wall_seconds / 60, 2),
+        "mean_tokens_per_s": round(sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1), 1),
+    }
+
+
+def run_facts(cfg: TrainConfig, run: RunContext, final: dict) -> dict:
+    """Where and how a run trained (not metrics): machine, versions, batch, final-model choice."""
+    return {
+        "device": str(run.device),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "bf16": run.bf16,
+        "processes": run.world.size,
+        "max_tokens_per_step": cfg.optim.max_tokens * cfg.optim.accum_steps * run.world.size,  # padded
+        "final_model": final,
+        "model": cfg.model.model_dump(),
+        "optim": cfg.optim.model_dump(),
+    }
+
+
+def new_model(cfg: ModelConfig, vocab_size: int, pad_id: int, seed: int) -> Transformer:
+    """A freshly initialised Transformer; seeded, so a run's initial weights are reproducible."""
+    seed_everything(seed)
+    return Transformer(cfg, vocab_size, pad_id)
 
 
 def seed_everything(seed: int) -> None:
@@ -67,246 +354,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def _device_ids(device: torch.device) -> list[int] | None:
+    return [device.index] if device.type == "cuda" else None
 
 
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint so a resumed run continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` already consumed
-    wall_seconds: float = 0.0
-    best_score: float = -math.inf
-    bad_validations: int = 0  # validations since the best
-    log: list[dict] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # step checkpoints kept for averaging
-
-
-@dataclass
-class Trainer:
-    """Trains `model` on `pairs` (piece ids without specials) and writes checkpoints to `out_dir`.
-
-    `score_name` is the validation key that selects `best.pt` (higher is better).
-    `fingerprint` identifies the run's inputs; `last.pt` resumes only when it matches.
-    `world` is this process's rank among the data-parallel processes (default: alone).
-    """
-
-    model: Transformer
-    pairs: list[Pair]
-    validate: Validate
-    cfg: OptimConfig
-    out_dir: Path
-    log_path: Path
-    bos_id: int
-    eos_id: int
-    score_name: str
-    fingerprint: str
-    meta: dict  # extra keys stored in every checkpoint (e.g. vocab_size)
-    device: torch.device = torch.device("cpu")
-    use_bf16: bool = False
-    tracker: Tracker = field(default_factory=NullTracker)
-    world: World = field(default_factory=World)
-
-    def __post_init__(self) -> None:
-        self.model.to(self.device)
-        self.net = self.model  # what the forward pass runs: DDP's wrapper under torchrun
-        if self.world.size > 1:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.net = DistributedDataParallel(self.model, device_ids=ids)
-        cfg = self.cfg
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: inverse_sqrt_lr(s + 1, 1.0, cfg.warmup_steps)
-        )
-        self.progress = Progress()
-        self._order: tuple[int, list[list[int]]] = (-1, [])
-
-    # ---- checkpoints -------------------------------------------------------------
-    def state(self) -> dict:
-        return {
-            **self.meta,
-            "model": self.model.state_dict(),
-            "model_cfg": self.model.cfg.model_dump(),
-            "vocab_size": self.model.vocab_size,
-            "pad_id": self.model.pad_id,
-            "bos_id": self.bos_id,
-            "eos_id": self.eos_id,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": rng_state(),
-            "progress": self.progress.__dict__,
-            "fingerprint": self.fingerprint,
-        }
-
-    def save(self, name: str) -> Path:
-        path = self.out_dir / name
-        checkpoint.save(path, self.state())
-        self.tracker.log_artifact(path, "checkpoints")
-        return path
-
-    def try_resume(self) -> bool:
-        """Restore everything from `last.pt` when it exists and belongs to this run's inputs."""
-        path = self.out_dir / "last.pt"
-        if not path.exists():
-            return False
-        state = checkpoint.load(path)
-        if state.get("fingerprint") != self.fingerprint:
-            print(f"{path}: from a different configuration or data; starting afresh")
-            return False
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        self.progress = Progress(**state["progress"])
-        if self.world.rank:  # rank 0's RNG state was saved; the others need dropout of their own
-            seed_everything(self.cfg.seed + 1000 * self.world.rank + self.progress.step)
-        print(f"resuming from {path} at step {self.progress.step}")
-        return True
-
-    def keep_for_averaging(self) -> None:
-        """Save `step<N>.pt` and drop the oldest beyond `average_last`."""
-        name = f"step{self.progress.step:07d}.pt"
-        self.save(name)
-        kept = self.progress.kept + [name]
-        for old in kept[: -self.cfg.average_last]:
-            (self.out_dir / old).unlink(missing_ok=True)
-        self.progress.kept = kept[-self.cfg.average_last :]
-
-    # ---- one step ----------------------------------------------------------------
-    def micro_batch_loss(self, batch: list[int]) -> Tensor:
-        """Summed label-smoothed loss (nats) of one batch of pair indices."""
-        src, tgt_in, tgt_out = (
-            t.to(self.device)
-            for t in collate([self.pairs[i] for i in batch], self.model.pad_id, self.bos_id, self.eos_id)
-        )
-        with autocast(self.device, self.use_bf16):
-            logits = self.net(src, tgt_in)
-        return label_smoothed_loss(
-            logits.flatten(0, 1), tgt_out.flatten(), self.model.pad_id, self.cfg.label_smoothing
-        )
-
-    def train_step(self, batches: list[list[int]]) -> tuple[float, int]:
-        """One optimizer step over this rank's micro-batches. Returns (loss per target token,
-        target tokens), both over all ranks."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        local_tokens = sum(len(self.pairs[i][1]) + 1 for b in batches for i in b)
-        n_tokens = int(self.world.sum(local_tokens))
-        total = 0.0
-        for batch in batches:
-            loss = self.micro_batch_loss(batch)
-            # DDP averages gradients over ranks; × size makes the sum over all ranks' tokens
-            (loss * self.world.size / n_tokens).backward()
-            total += loss.item()
-        total = self.world.sum(total)
-        if not math.isfinite(total):
-            raise PipelineError(
-                f"train: loss is {total} at step {self.progress.step + 1}; "
-                f"stopped, last good checkpoint kept in {self.out_dir / 'last.pt'}"
-            )
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        return total / n_tokens, n_tokens
-
-    # ---- the loop ----------------------------------------------------------------
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The seeded batch order of `epoch` (computed once per epoch)."""
-        if self._order[0] != epoch:
-            self._order = (epoch, make_batches(self.pairs, self.cfg.max_tokens, self.cfg.seed, epoch))
-        return self._order[1]
-
-    def next_batches(self) -> list[list[int]]:
-        """This rank's share of the next `accum_steps × world size` batches in the seeded order
-        (crossing epochs): every world-size-th batch, starting at its rank."""
-        p, out = self.progress, []
-        while len(out) < self.cfg.accum_steps * self.world.size:
-            order = self.epoch_batches(p.epoch)
-            if p.batch_in_epoch >= len(order):
-                p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-                continue
-            out.append(order[p.batch_in_epoch])
-            p.batch_in_epoch += 1
-        return out[self.world.rank :: self.world.size]
-
-    def budget_left(self, started: float) -> bool:
-        """Steps and wall-clock time left? `started` is the run's start, moved back by the wall
-        seconds of the runs this one resumes."""
-        return self.progress.step < self.cfg.max_steps and time.time() - started < self.cfg.max_minutes * 60
-
-    def run(self) -> Progress:
-        """Train until a budget runs out or patience is exhausted; returns the final progress."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        if not self.try_resume():
-            seed_everything(self.cfg.seed + 1000 * self.world.rank)  # each rank its own dropout
-        p, started, window = self.progress, time.time() - self.progress.wall_seconds, _Window()
-        main = self.world.is_main
-        bar = tqdm(
-            initial=p.step, total=self.cfg.max_steps, desc="train", mininterval=2, dynamic_ncols=True,
-            disable=not main,
-        )  # fmt: skip
-        try:
-            while self.world.rank0_says(self.budget_left(started) and p.bad_validations < self.cfg.patience):
-                loss, n_tokens = self.train_step(self.next_batches())
-                p.step += 1
-                window.add(loss, n_tokens)
-                lr = self.scheduler.get_last_lr()[0]
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window.tokens_per_second():.0f}")
-                if p.step % 50 == 0 and main:
-                    self.tracker.log_metrics(
-                        {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()},
-                        p.step,
-                    )
-                if p.step % self.cfg.val_every == 0 and main:
-                    p.wall_seconds = time.time() - started
-                    self.validation(window, lr)
-        finally:
-            bar.close()  # before any error message, so it gets a line of its own
-        if main and (not p.log or p.log[-1]["step"] != p.step):  # the final weights, once
-            p.wall_seconds = time.time() - started
-            self.validation(_Window() if window.empty() else window, self.scheduler.get_last_lr()[0])
-        if main:
-            write_log(p.log, self.log_path)  # also when a resumed run had nothing left to do
-        return p
-
-    def validation(self, window: _Window, lr: float) -> None:
-        p = self.progress
-        metrics = self.validate(self.model)
-        score = metrics[self.score_name]
-        row = {"step": p.step, "epoch": p.epoch, "train_loss": window.loss(), **metrics, "lr": lr}
-        row |= {"tokens_per_s": window.tokens_per_second(), "wall_seconds": round(p.wall_seconds, 1)}
-        p.log.append(row)
-        self.tracker.log_metrics(metrics, p.step)
-        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-        if score > p.best_score:
-            p.best_score, p.bad_validations = score, 0
-            self.save("best.pt")
-        else:
-            p.bad_validations += 1
-        self.keep_for_averaging()
-        self.save("last.pt")
-        write_log(p.log, self.log_path)
-        window.reset()
-
-
-class _Window:
+class Window:
     """Running train loss and throughput since the last validation."""
 
     def __init__(self) -> None:
@@ -319,9 +371,6 @@ class _Window:
         self.loss_sum += loss_per_token * n_tokens
         self.tokens += n_tokens
 
-    def empty(self) -> bool:
-        return self.tokens == 0
-
     def loss(self) -> float:
         return self.loss_sum / max(self.tokens, 1)
 
@@ -333,37 +382,3 @@ def write_log(rows: list[dict], path: Path) -> None:
     """Write the per-validation log as CSV, atomically."""
     with atomic_path(path) as tmp:
         pd.DataFrame(rows).to_csv(tmp, index=False, float_format="%.6g")
-
-
-@torch.inference_mode()
-def validation_loss(
-    model: Transformer, pairs: list[Pair], max_tokens: int, bos_id: int, eos_id: int, device: torch.device
-) -> float:
-    """Mean per-token cross-entropy (no smoothing, nats) of `model` on `pairs`."""
-    model.eval()
-    total, n = 0.0, 0
-    for batch in make_batches(pairs, max_tokens, seed=0, epoch=0):
-        src, tgt_in, tgt_out = (
-            t.to(device) for t in collate([pairs[i] for i in batch], model.pad_id, bos_id, eos_id)
-        )
-        logits = model(src, tgt_in)
-        total += label_smoothed_loss(logits.flatten(0, 1), tgt_out.flatten(), model.pad_id, 0.0).item()
-        n += int((tgt_out != model.pad_id).sum())
-    return total / max(n, 1)
-
-
-def final_model(out_dir: Path, kept: list[str], validate: Validate, score_name: str) -> tuple[dict, dict]:
-    """Choose the final weights on validation: `best.pt` or the average of the kept checkpoints.
-
-    Returns (model checkpoint dict, {"source": ..., score_name: ...}).
-    """
-    best = checkpoint.load(out_dir / "best.pt")
-    candidates = {"best": {k: best[k] for k in checkpoint.MODEL_KEYS}}
-    if len(kept) > 1:
-        candidates[f"average_last_{len(kept)}"] = checkpoint.average([out_dir / k for k in kept])
-    scored = {}
-    for name, state in candidates.items():
-        scored[name] = validate(checkpoint.build_model(state))[score_name]
-        print(f"final-model candidate {name}: {score_name}={scored[name]:.4g}")
-    choice = max(scored, key=lambda n: (scored[n], n.startswith("average")))
-    return candidates[choice], {"source": choice, score_name: scored[choice], "candidates": scored}

@@ -10,8 +10,11 @@ import string
 from collections.abc import Iterable
 
 import numpy as np
+import torch
 from datasets import Dataset, DatasetDict
 
+from pipeline.config import DecodeConfig
+from pipeline.evaluate import Validation, exact_match
 from pipeline.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 MAX_NUMBER = 999_999
@@ -126,3 +129,26 @@ class WarmupVocab:
         if bad:
             raise IndexError(f"WarmupVocab.decode: ids {bad[:5]} outside 0..{len(self.tokens) - 1}")
         return " ".join(self.tokens[i] for i in ids if i not in self._skip)
+
+
+def encode(split: Dataset, vocab: WarmupVocab) -> list[tuple[list[int], list[int]]]:
+    """(digit ids, word ids) per row of a warm-up split (no specials)."""
+    return [
+        (vocab.encode_src(s), vocab.encode_tgt(t)) for s, t in zip(split["src"], split["tgt"], strict=True)
+    ]
+
+
+def exact_match_validation(
+    split: Dataset, vocab: WarmupVocab, decode: DecodeConfig, max_tokens: int, device: torch.device
+) -> Validation:
+    """Validation on a warm-up split: loss, and the exact match of greedy outputs (`val_exact_match`)."""
+    return Validation(
+        encode(split, vocab),
+        list(split["tgt"]),
+        vocab.decode,
+        "val_exact_match",
+        exact_match,
+        decode,
+        max_tokens,
+        device,
+    )

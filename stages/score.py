@@ -1,11 +1,10 @@
-"""DVC stage `score`: sacreBLEU BLEU and chrF of the `decode` stage's translations.
+"""DVC stage `score`: cased sacreBLEU BLEU, chrF and the paper-comparable `bleu_lc_tok` of the
+`decode` stage's translations (`pipeline.metrics`).
 
-Usage: `python -m stages.score TRANSLATIONS_DIR METRICS_JSON RUN_ID_FILE` (dvc.yaml passes the
-paths). Reads `<TRANSLATIONS_DIR>/<split>.hyp.de` for each evaluation split and the German
-references from the corpus at `download.out_dir`; writes METRICS_JSON as
-`{"<split>": {"bleu", "chrf", "bleu_signature", "chrf_signature"}}`, and logs `bleu_<split>` and
-`chrf_<split>` to the train stage's MLflow run named in RUN_ID_FILE (when tracked) and as tags of
-the model version `decode` registered (the `candidate`).
+Usage: `python -m stages.score TRANSLATIONS_DIR METRICS_JSON SCORE_FACTS_JSON RUN_ID_FILE`. Writes
+METRICS_JSON, numbers only (`{split: {bleu, chrf, bleu_lc_tok}}`), and SCORE_FACTS_JSON, their
+signatures (same keys). Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
+`candidate` model version, under the names `dvc metrics show` prints (`val.bleu`, ...).
 """
 
 from __future__ import annotations
@@ -19,41 +18,30 @@ from pipeline.config import load_params
 from pipeline.data import load_corpus
 from pipeline.errors import DataError, run_main
 from pipeline.io import write_json
-from pipeline.metrics import score
-from pipeline.tracking import run_of
-from stages.decode import EVAL_SPLITS, translation_path
+from pipeline.metrics import split_scores
+from pipeline.tracking import flatten, run_of
+from pipeline.translations import EVAL_SPLITS, read_lines, translation_path
 
 
-def read_lines(path: Path) -> list[str]:
-    """One item per line, as `stages.decode.write_lines` wrote them (empty lines kept).
-
-    Raises:
-        DataError: the file is missing (run the decode stage).
-    """
-    if not path.is_file():
-        raise DataError(f"{path}: translations not found (run the decode stage)")
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
-
-
-def main(translations_dir: Path, metrics_json: Path, run_id_file: Path) -> None:
+def main(translations_dir: Path, metrics_json: Path, facts_json: Path, run_id_file: Path) -> None:
     datasets.disable_progress_bars()
     params = load_params()
     corpus = load_corpus(params.download.out_dir)
-    metrics = {}
+    metrics, facts = {}, {}
     for split in EVAL_SPLITS:
         path = translation_path(translations_dir, split)
-        hyps = read_lines(path)
         try:
-            metrics[split] = score(hyps, corpus[split]["de"])
+            metrics[split], facts[split] = split_scores(read_lines(path), corpus[split]["de"])
         except DataError as exc:
             raise DataError(f"{path}: {exc}") from None
-        print(f"score: {split}: BLEU {metrics[split]['bleu']:.2f}  chrF {metrics[split]['chrf']:.2f}")
+        print(f"score: {split}: " + "  ".join(f"{k} {v:.2f}" for k, v in metrics[split].items()))
     write_json(metrics_json, metrics)
+    write_json(facts_json, facts)
     tracker = run_of(run_id_file, params.mlflow.enabled)
-    flat = {f"{name}_{split}": m[name] for split, m in metrics.items() for name in ("bleu", "chrf")}
+    flat = {name: float(value) for name, value in flatten(metrics).items()}
     tracker.log_metrics(flat, step=0)
-    tracker.log_artifact(metrics_json, "reports")
+    for path in (metrics_json, facts_json):
+        tracker.log_artifact(path, "reports")
     if tracker.run_id:
         from pipeline.registry import tag_candidate  # imports mlflow: only when tracking
 
@@ -63,6 +51,8 @@ def main(translations_dir: Path, metrics_json: Path, run_id_file: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        raise SystemExit("usage: python -m stages.score TRANSLATIONS_DIR METRICS_JSON RUN_ID_FILE")
-    run_main(lambda: main(*map(Path, sys.argv[1:4])))
+    if len(sys.argv) != 5:
+        raise SystemExit(
+            "usage: python -m stages.score TRANSLATIONS_DIR METRICS_JSON SCORE_FACTS_JSON RUN_ID_FILE"
+        )
+    run_main(lambda: main(*map(Path, sys.argv[1:5])))

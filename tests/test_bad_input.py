@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train import make_trainer  # tests/ is on sys.path (pytest rootdir-less import)
+from toy_train import pairs, toy_run  # tests/ is on sys.path (pytest rootdir-less import)
 
 from pipeline import checkpoint
+from pipeline import train as train_module
 from pipeline.cli import main as translate_main
 from pipeline.config import ModelConfig, TokenizerConfig
 from pipeline.data import build_corpus
@@ -219,17 +220,20 @@ def test_translate_reads_stdin(tiny, capsys, monkeypatch):
 
 
 # ---- training -------------------------------------------------------------------------------
-def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys):
-    t = make_trainer(tmp_path, max_steps=8)
-    t.run()
+def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys, monkeypatch):
+    toy_run(tmp_path, pairs(), max_steps=8)
     before = (tmp_path / "last.pt").read_bytes()
-    t2 = make_trainer(tmp_path, max_steps=16)
-    with torch.no_grad():
-        t2.model.src_embed.weight.fill_(float("nan"))
-    t2.try_resume = lambda: False  # train the poisoned weights from scratch
-    capsys.readouterr()  # drop the first run's progress bar
-    code, _, err = run_entry(t2.run, capsys)
-    assert code != 0 and err.count("error: ") == 1  # stderr also carries the progress bar
+    step = train_module.train_step
+
+    def poisoned_step(net, *args):  # the continued run's weights turn to nan
+        with torch.no_grad():
+            getattr(net, "module", net).src_embed.weight.fill_(float("nan"))
+        return step(net, *args)
+
+    monkeypatch.setattr(train_module, "train_step", poisoned_step)
+    capsys.readouterr()
+    code, _, err = run_entry(lambda: toy_run(tmp_path, pairs(), max_steps=16), capsys)
+    assert code != 0 and err.count("error: ") == 1
     message = err[err.index("error: ") :].splitlines()[0]
     assert "loss is nan" in message and "last.pt" in message
     assert (tmp_path / "last.pt").read_bytes() == before

@@ -91,7 +91,9 @@ def test_train_speed_writes_its_keys(workspace: Path) -> None:
     assert_positive(data, keys + ["peak_gflops", "achieved_gflops"])
     assert data["peak_dtype"] in ("bf16", "fp32")
     models = [row["model"] for row in data["train_detail"]]
-    assert len(models) == 8 and models[:3] == ["ours", "nn_transformer", "naive"]
+    assert len(models) == 10 and models[:3] == ["ours", "nn_transformer", "naive"]
+    assert models[4] == "ours_all_positions"
+    assert data["train_detail"][0]["config"].startswith("tiny ")
     assert all(row["tok_s"] > 0 and row["ms_per_step"] > 0 for row in data["train_detail"])
 
 
@@ -100,10 +102,12 @@ def test_decode_speed_writes_its_keys(workspace: Path) -> None:
         common_args(workspace) + ["--sentences", "6", "--checkpoint", str(workspace / "none.pt")]
     )
     data = bench_json(workspace)
-    keys = ["naive_greedy_sent_s", "greedy_cached_sent_s", "beam5_sent_s"]
-    assert_positive(data, keys + ["greedy_cached_vs_naive", "beam5_cached_vs_naive"])
-    assert "random weights" in data["decode_detail"][0]["model"]
-    assert data["decode_detail"][1]["same_as_naive"] > 0.5  # same model, same greedy rule
+    keys = ["naive_greedy_sent_s", "greedy_cached_sent_s", "beam5_sent_s", "ct2_fp32_beam5_sent_s"]
+    assert_positive(data, keys + ["greedy_cached_vs_naive", "beam5_cached_vs_naive", "beam5_vs_ct2_int8"])
+    rows = {row["method"]: row for row in data["decode_detail"]}
+    assert "random weights" in rows["naive_greedy"]["model"]
+    assert rows["greedy_cached"]["same_share"] > 0.5  # same model, same greedy rule
+    assert rows["ct2_fp32_beam5"]["same_as"] == "beam5" and 0 <= rows["ct2_int8_beam5"]["same_share"] <= 1
 
 
 def test_memory_writes_its_keys(workspace: Path) -> None:

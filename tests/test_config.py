@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pipeline.config import ModelConfig, Params, load_params
+from pipeline.config import Params, load_params
 from pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,9 +16,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_repo_params_validate():
     params = load_params(REPO / "params.yaml")
-    assert isinstance(params, Params)
-    for model in (params.train.model, params.warmup_train.model):
-        assert isinstance(model, ModelConfig)
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert params.train.optim.max_tokens == raw["train"]["optim"]["max_tokens"]
+    assert params.warmup_train.model.d_model == raw["warmup_train"]["model"]["d_model"]
+
+
+def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in tree.items():
+        out |= leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return out
+
+
+@pytest.mark.parametrize("section", ["warmup_train", "train"])
+def test_defaults_agree_with_params_yaml(section):
+    """One source of truth: a default in pipeline/config.py never contradicts params.yaml."""
+    in_file = leaves(yaml.safe_load((REPO / "params.yaml").read_text())[section])
+    defaults = leaves(Params().model_dump()[section])
+    shared = in_file.keys() & defaults.keys()
+    assert len(shared) >= 18 and {"optim.max_tokens", "optim.peak_lr", "model.d_model"} <= shared
+    assert {k: defaults[k] for k in sorted(shared)} == {k: in_file[k] for k in sorted(shared)}
 
 
 def test_empty_file_gives_defaults(tmp_path):

@@ -1,9 +1,11 @@
 """Data-parallel training on CPU (gloo): 2 processes under torchrun against 1 process with the
-same global batch; rank 0 alone writes; a resumed 2-process run continues from its step."""
+same global batch; rank 0 alone writes; a resumed 2-process run continues from its step with
+every rank holding rank 0's weights; a rank that cannot read `last.pt` stops the run with an error."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,24 +16,21 @@ from pipeline.config import DistConfig
 from pipeline.distributed import torchrun_command
 
 SCRIPT = Path(__file__).with_name("toy_ddp.py")
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
-def run(out: Path, steps: int, accum: int, nproc: int = 1) -> subprocess.CompletedProcess:
+def run(
+    out: Path, steps: int, accum: int, nproc: int = 1, ok: bool = True, **env
+) -> subprocess.CompletedProcess:
     args = [str(SCRIPT), str(out), str(steps), str(accum)]
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
         cmd += args
     else:
         cmd = [sys.executable, *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ | env | ONE_THREAD)
+    assert (done.returncode == 0) is ok, done.stderr[-3000:]
     return done
-
-
-def _env() -> dict:
-    import os
-
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def losses(out: Path, rank: int = 0) -> list[float]:
@@ -71,6 +70,17 @@ def test_resumed_two_process_run_continues_from_the_saved_step(single, tmp_path)
     resumed = run(tmp_path, steps=8, accum=1, nproc=2)
     assert "resuming from" in resumed.stdout and "at step 4" in resumed.stdout
     assert losses(tmp_path) == pytest.approx(losses(single)[4:], abs=1e-4)
+    checksums = [json.loads((tmp_path / f"rank{r}.json").read_text())["checksum"] for r in (0, 1)]
+    assert checksums[0] == checksums[1]  # every rank holds rank 0's weights
+
+
+@pytest.mark.slow
+def test_a_rank_that_cannot_read_last_pt_fails_clearly(tmp_path):
+    run(tmp_path, steps=4, accum=1, nproc=2)
+    first = (tmp_path / "rank0.json").read_text()
+    failed = run(tmp_path, steps=8, accum=1, nproc=2, ok=False, TOY_UNREADABLE_RANK="1")
+    assert "error: " + str(tmp_path / "last.pt") + ": permission denied (rank 1; every node" in failed.stderr
+    assert (tmp_path / "rank0.json").read_text() == first  # no rank trained on
 
 
 def test_torchrun_command_single_and_multi_node(monkeypatch):

@@ -25,7 +25,7 @@ def run(out_dir: Path, kill_at: str | None = None) -> subprocess.CompletedProces
 def reference(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("uninterrupted")
     assert run(out).returncode == 0
-    return torch.load(out / "final.pt")["model"]
+    return torch.load(out / "final.pt", weights_only=True)["model"]
 
 
 @pytest.mark.parametrize("kill_at", ["step:6", "validation:8", "checkpoint:12"])
@@ -37,6 +37,6 @@ def test_killed_run_resumes_to_identical_weights(kill_at, reference, tmp_path):
     resumed = run(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout
-    final = torch.load(tmp_path / "final.pt")["model"]
+    final = torch.load(tmp_path / "final.pt", weights_only=True)["model"]
     for name, weight in reference.items():
         assert torch.equal(weight, final[name]), name

@@ -1,12 +1,17 @@
-"""sacreBLEU wrappers: perfect output, agreement with sacrebleu's own functions, and errors."""
+"""sacreBLEU wrappers: perfect output, agreement with sacrebleu's own functions, errors, and the
+paper-comparable BLEU whose processing reproduces Multi30k's official tokenised references."""
 
 from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
 
 import pytest
 import sacrebleu
 
 from pipeline.errors import DataError
-from pipeline.metrics import score, sentence_chrf
+from pipeline.metrics import bleu_lc_tok, paper_tokenize, score, sentence_chrf, split_scores
 
 REFS = [
     "Ein Mann führt seinen Hund im Park spazieren.",
@@ -45,3 +50,40 @@ def test_length_mismatch_raises() -> None:
         score(HYPS[:2], REFS)
     with pytest.raises(DataError, match="nothing to score"):
         score([], [])
+
+
+# ---- paper-comparable BLEU ------------------------------------------------------------------
+MIRROR = Path(os.environ.get("MULTI30K_MIRROR", Path(__file__).resolve().parents[2] / "shared" / "multi30k"))
+
+
+def gz_lines(path: Path) -> list[str]:
+    lines = gzip.open(path, "rt", encoding="utf-8").read().split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+@pytest.mark.parametrize("split", ["val", "test_2016_flickr", "test_2017_flickr"])
+def test_paper_tokenize_reproduces_official_references(split: str) -> None:
+    raw, tok = MIRROR / f"{split}.de.gz", MIRROR / "tok" / f"{split}.lc.norm.tok.de.gz"
+    if not (raw.is_file() and tok.is_file()):
+        pytest.skip(f"no Multi30k mirror with tok/ at {MIRROR} (set MULTI30K_MIRROR)")
+    ours, official = [paper_tokenize(line) for line in gz_lines(raw)], gz_lines(tok)
+    assert len(ours) == len(official) >= 1000
+    mismatches = [i for i, (a, b) in enumerate(zip(ours, official, strict=True)) if a != b]
+    assert mismatches == []
+
+
+def test_paper_tokenize_rules() -> None:
+    assert paper_tokenize("Ein T-Shirt, „Hallo“.") == "ein t-shirt , &quot; hallo &quot; ."
+    assert paper_tokenize("Er sagt: „Tee.“") == "er sagt : &quot; tee &quot; ."  # period moved (Perl rule)
+
+
+def test_bleu_lc_tok_and_split_scores() -> None:
+    lc, signature = bleu_lc_tok([h.upper() for h in REFS], REFS)
+    assert lc == pytest.approx(100.0) and "tok:none" in signature and "moses" in signature
+    numbers, signatures = split_scores(HYPS, REFS)
+    assert set(numbers) == set(signatures) == {"bleu", "chrf", "bleu_lc_tok"}
+    assert all(isinstance(v, float) for v in numbers.values())
+    lower, _ = split_scores([h.lower() for h in HYPS], REFS)  # case costs cased BLEU only
+    assert lower["bleu"] < numbers["bleu"] and lower["bleu_lc_tok"] == pytest.approx(numbers["bleu_lc_tok"])
+    with pytest.raises(DataError, match="2 hypotheses but 3 references"):
+        bleu_lc_tok(HYPS[:2], REFS)

@@ -19,6 +19,8 @@ from pipeline.model import (
     Dropout,
     EncoderLayer,
     FeedForward,
+    KVCache,
+    LayerCache,
     MultiHeadAttention,
     Transformer,
     attention,
@@ -140,7 +142,7 @@ def test_multi_head_attention_matches_reference(cross):
     if cross:
         memory = rand(3, s, d, seed=2)
         pad = key_padding([7, 3, 5], s)
-        got = mha(x, pad[:, None, None, :], mha.project_kv(memory))
+        got = mha(x, pad[:, None, None, :], mha.project_kv(memory))  # memory keys/values as its cache
         want = ref.multi_head_attention(
             as_np(x), as_np(memory), attn_weights(mha), h, pad[:, None, :].numpy()
         )
@@ -190,7 +192,8 @@ def test_decoder_layer_matches_reference(pre_norm):
     layer = randomize(DecoderLayer(tiny_cfg(pre_norm=pre_norm)))
     x, memory, pad = rand(3, 5, 16, seed=7), rand(3, 6, 16, seed=8), key_padding([6, 1, 3], 6)
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    got = layer(x, layer.cross_attn.project_kv(memory), causal, pad[:, None, None, :])
+    cache = LayerCache(KVCache(), layer.cross_attn.project_kv(memory))
+    got = layer(x, causal, pad[:, None, None, :], cache)
     want = ref.decoder_layer(
         as_np(x),
         as_np(memory),
@@ -346,17 +349,67 @@ def test_decode_step_equals_full_decode(pre_norm, tie):
 
 
 @torch.no_grad()
-def test_cache_select_reorders_rows(model32):
-    src, tgt = padded_ids([8, 3, 5], 30, seed=7), padded_ids([5, 5, 5], 30, seed=8)
+def test_cache_select_reorders_beams_and_drops_sentences(model32):
+    """Two decoder rows (beams) per sentence share its memory keys/values: reordering rows within
+    a sentence, then dropping a sentence, gives what full decoding of the same prefixes gives."""
+    src, tgt = padded_ids([8, 3, 5], 30, seed=7), padded_ids([6] * 6, 30, seed=8)
     memory = model32.encode(src)
     cache = model32.init_cache(memory, src)
+    cache.select(torch.arange(3).repeat_interleave(2))
     for t in range(3):
         model32.decode_step(tgt[:, t], cache)
-    order = torch.tensor([2, 2, 0])
+    order = torch.tensor([1, 1, 2, 3, 5, 4])  # rows 2g, 2g+1 belong to sentence g
     cache.select(order)
-    got = model32.decode_step(tgt[order, 3], cache)
-    want = model32.decode(tgt[order, :4], memory[order], src[order])[:, 3]
+    tgt, sent = tgt[order], order // 2
+    got = model32.decode_step(tgt[:, 3], cache)
+    want = model32.decode(tgt[:, :4], memory[sent], src[sent])[:, 3]
     torch.testing.assert_close(got, want, rtol=0, atol=TOL)
+    rows = torch.tensor([0, 1, 4, 5])
+    cache.select(rows, sources=torch.tensor([0, 2]))  # sentence 1 is done
+    got = model32.decode_step(tgt[rows, 4], cache)
+    want = model32.decode(tgt[rows, :5], memory[sent[rows]], src[sent[rows]])[:, 4]
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL)
+    assert cache.layers[0].cross_attn.k.size(0) == 2  # memory keys stay one per sentence
+
+
+@torch.no_grad()
+def test_forward_keep_equals_all_positions_then_index(model32):
+    src, tgt = padded_ids([7, 4, 2], 30, seed=11), padded_ids([6, 1, 3], 30, seed=12)
+    keep = tgt != PAD
+    got = model32(src, tgt, keep=keep)
+    assert got.shape == (int(keep.sum()), 30)
+    torch.testing.assert_close(got, model32(src, tgt)[keep], rtol=0, atol=TOL)
+
+
+def test_forward_keep_gradients_equal_masked_loss():
+    """The training contract: the loss over kept positions has the same gradients either way."""
+    torch.manual_seed(3)
+    model = Transformer(tiny_cfg(d_model=32, d_ff=64, dropout=0.0, attn_dropout=0.0), 30, PAD)
+    src, tgt = padded_ids([7, 4], 30, seed=13), padded_ids([5, 2], 30, seed=14)
+    keep = tgt != PAD
+    grads = []
+    for logits in (lambda: model(src, tgt, keep=keep), lambda: model(src, tgt)[keep]):
+        model.zero_grad()
+        F.cross_entropy(logits(), tgt[keep]).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@torch.no_grad()
+def test_kept_attention_weights_are_those_of_the_decoder(model32):
+    """`KVCache.keep_weights` on a cross-attention cache: rows sum to 1, padded source keys get
+    none, and asking for them does not change the logits."""
+    src, tgt = padded_ids([7, 3], 30, seed=15), padded_ids([4, 4], 30, seed=16)
+    memory = model32.encode(src)
+    cache = model32.init_cache(memory, src)
+    cache.layers[-1].cross_attn.keep_weights = True
+    logits = model32.logits(model32.decoder_states(tgt, cache))
+    weights = cache.layers[-1].cross_attn.weights
+    assert weights.shape == (2, 4, 4, 7)  # [B, H, T, S]
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 4))
+    assert (weights[1, :, :, 3:] == 0).all()
+    torch.testing.assert_close(logits, model32.decode(tgt, memory, src), rtol=0, atol=TOL)
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ from pipeline.batching import pad
 from pipeline.config import ModelConfig, TokenizerConfig
 from pipeline.data import save_dataset_dict
 from pipeline.errors import DataError
-from pipeline.metrics import score
+from pipeline.metrics import score, split_scores
 from pipeline.model import Transformer
 from pipeline.report import (
     ATTENTION_FIGSIZE,
@@ -33,7 +33,7 @@ from pipeline.report import (
     seed_style,
 )
 from pipeline.tokenizer import Tokenizer, train_tokenizer
-from stages.decode import translation_path
+from pipeline.translations import translation_path
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)
@@ -139,10 +139,13 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         "time_machine": TIME_MACHINE,
         "translations": root / "reports" / "translations",
         "metrics": root / "reports" / "metrics.json",
-        "log": root / "reports" / "train_log.csv",
-        "summary": root / "reports" / "train_summary.json",
-        "mlflow": root / "reports" / "mlflow_run_id.txt",
-        "report": root / "reports" / "README.md",
+        "score_facts": root / "reports" / "score_facts.json",
+        "train_log": root / "reports" / "train_log.csv",
+        "train_summary": root / "reports" / "train_summary.json",
+        "train_facts": root / "reports" / "train_facts.json",
+        "mlflow_run_id": root / "reports" / "mlflow_run_id.txt",
+        "robustness": REPO / "tests" / "robustness.tsv",
+        "report_md": root / "reports" / "README.md",
         "figures": root / "reports" / "figures",
     }
     params = {
@@ -166,15 +169,16 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         paths["model"], state | {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
     )
     hyps = [sentence(GERMAN, n, i + 1) for i, n in enumerate(lengths)]
-    metrics = {}
+    metrics, signatures = {}, {}
     for s in EVAL_SPLITS:
         (paths["translations"]).mkdir(parents=True, exist_ok=True)
         translation_path(paths["translations"], s).write_text(
             "".join(h + "\n" for h in hyps), encoding="utf-8"
         )
-        metrics[s] = score(hyps, split["de"])
+        metrics[s], signatures[s] = split_scores(hyps, split["de"])
     paths["metrics"].write_text(json.dumps(metrics))
-    with open(paths["log"], "w", newline="") as f:
+    paths["score_facts"].write_text(json.dumps(signatures))
+    with open(paths["train_log"], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
             ["step", "epoch", "train_loss", "val_loss", "val_bleu", "lr", "tokens_per_s", "wall_seconds"]
@@ -184,19 +188,25 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": 1200,
         "epochs": 2,
-        "wall_seconds": 240.0,
+        "minutes": 4.0,
         "mean_tokens_per_s": 9042.5,
+    }
+    facts = {
         "device": "cpu",
         "bf16": False,
         "threads": 1,
         "torch": torch.__version__,
         "cpu": "x86_64",
         "final_model": {"source": "best", "val_bleu": 27.9},
-        "model": TINY.model_dump(),
-        "optim": {"peak_lr": 0.001, "warmup_steps": 800},
     }
-    paths["summary"].write_text(json.dumps(summary))
+    paths["train_summary"].write_text(json.dumps(summary))
+    paths["train_facts"].write_text(json.dumps(facts))
     return paths
+
+
+def metrics_cell(paths: dict[str, Path], split: str) -> str:
+    m = json.loads(paths["metrics"].read_text())[split]
+    return f"{m['bleu']:.2f} | {m['bleu_lc_tok']:.2f} | {m['chrf']:.2f} |"
 
 
 def image_size(path: Path) -> tuple[int, int]:
@@ -211,10 +221,9 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
 
     paths = write_fake_run(tmp_path, tok)
     monkeypatch.chdir(tmp_path)  # params.yaml and relative params paths; outside git
-    args = [paths[k] for k in ("model", "time_machine", "translations", "metrics", "log", "summary")]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        stage.main(*args, paths["mlflow"], paths["report"], paths["figures"])
+        stage.main(paths)
     assert not [w for w in caught if "Glyph" in str(w.message)], "a piece's character has no glyph"
 
     figures = paths["figures"]
@@ -233,15 +242,18 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
     for name, size in expected.items():
         assert image_size(figures / name) == size, name
 
-    page = paths["report"].read_text(encoding="utf-8")
+    page = paths["report_md"].read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)]+)\)", page)
     assert {f"figures/{name}" for name in expected} <= set(links)
     for link in links:
-        assert not link.startswith("/") and (paths["report"].parent / link).is_file(), link
+        assert not link.startswith("/") and (paths["report_md"].parent / link).is_file(), link
     assert "not tracked" in page and "`unknown`" in page
     assert "~33.5" in page and "BLEU" in page and "chrF" in page
+    assert "BLEU lc-tok" in page and "papers report" in page and "tok:none" in page and "tok:13a" in page
+    assert "## Robustness" in page and re.search(r"\*\*\d+ / 44\*\*", page)
+    assert "cpu (x86_64)" in page and "240 s" in page  # facts and summary read from their two files
     for s in EVAL_SPLITS:
-        assert f"| {s} |" in page
+        assert f"| {s} | {metrics_cell(paths, s)}" in page
     assert (
         "| ≤10 | 3 |" in page
         and "| 11–15 | 2 |" in page
@@ -251,6 +263,6 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
     table = [line for line in page.splitlines() if re.match(r"\| \d+ \| .* \| [\d.]+ \| [\d.]+ \|$", line)]
     assert len(table) == 20  # one row per time-machine sentence, with both chrF columns
 
-    paths["mlflow"].write_text("abc123\n")
-    stage.main(*args, paths["mlflow"], paths["report"], paths["figures"])
-    assert "`abc123`" in paths["report"].read_text(encoding="utf-8")
+    paths["mlflow_run_id"].write_text("abc123\n")
+    stage.main(paths)
+    assert "`abc123`" in paths["report_md"].read_text(encoding="utf-8")

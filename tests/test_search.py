@@ -13,12 +13,15 @@ from pipeline.batching import pad
 from pipeline.config import DecodeConfig, ModelConfig
 from pipeline.model import Transformer
 from pipeline.search import (
+    Hypothesis,
     beam_search,
+    beam_search_n_best,
     gnmt_length_penalty,
     greedy,
     max_lengths,
     topk_stable,
     translate,
+    translate_n_best,
 )
 
 PAD, UNK, BOS, EOS, A, B, C = range(7)
@@ -34,8 +37,8 @@ class TableCache:
     def __init__(self, n: int) -> None:
         self.prefixes: list[tuple[int, ...]] = [() for _ in range(n)]
 
-    def select(self, index: torch.Tensor) -> None:
-        self.prefixes = [self.prefixes[i] for i in index.tolist()]
+    def select(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        self.prefixes = [self.prefixes[i] for i in rows.tolist()]
 
 
 class TableModel:
@@ -163,6 +166,44 @@ def test_beam_wider_than_vocabulary_is_an_error() -> None:
         search(LATE_WINNER, ONE_SRC, beam_size=V + 1, alpha=0.6)
 
 
+def test_pad_and_bos_are_never_generated() -> None:
+    # pad and bos are the most probable tokens at every step; eos is next after "A".
+    likes_specials = TableModel({(): {PAD: 0.5, BOS: 0.3, A: 0.1}}, default={PAD: 0.6, BOS: 0.1, EOS: 0.25})
+    assert greedy(likes_specials, ONE_SRC, BOS, EOS, 0.0, 10) == [[A]]
+    for k in (1, 2, 3):
+        assert search(likes_specials, ONE_SRC, beam_size=k, alpha=0.6) == [[A]]
+        cfg = DecodeConfig(beam_size=k, length_penalty=0.6, max_len_a=0.0, max_len_b=10)
+        for hyp in beam_search_n_best(likes_specials, ONE_SRC, BOS, EOS, cfg, k)[0]:
+            assert PAD not in hyp.tokens and BOS not in hyp.tokens and math.isfinite(hyp.score)
+
+
+# "A A" is far more probable than "B" but reaches the max length (2) where eos is very unlikely:
+# finished with its eos paid for, it loses to "B eos" (unpaid, it would win: log 0.495 > log 0.225).
+CUT_OFF = TableModel(
+    {(): {A: 0.5, B: 0.45}, (A,): {A: 0.99}, (A, A): {EOS: 0.001}, (B,): {EOS: 0.5}},
+    default={EOS: 0.9},
+)
+
+
+def test_hypothesis_at_max_length_pays_for_its_eos() -> None:
+    assert CUT_OFF.log_prob([A, A]) > CUT_OFF.log_prob([B, EOS])  # what an unpaid cut would compare
+    assert penalised(CUT_OFF, [B], 0.6) > penalised(CUT_OFF, [A, A], 0.6)
+    assert search(CUT_OFF, ONE_SRC, beam_size=2, alpha=0.6, b=2) == [[B]]
+    assert greedy(CUT_OFF, ONE_SRC, BOS, EOS, 0.0, 2) == [[A, A]]  # greedy: cut at the limit
+
+
+def test_n_best_lists_the_finished_hypotheses_with_normalised_scores() -> None:
+    cfg = DecodeConfig(beam_size=2, length_penalty=0.6, max_len_a=0.0, max_len_b=2)
+    (hyps,) = beam_search_n_best(CUT_OFF, ONE_SRC, BOS, EOS, cfg, n_best=2)
+    assert [h.tokens for h in hyps] == [[B], [A, A]]
+    for h in hyps:
+        assert isinstance(h, Hypothesis) and h.score == pytest.approx(penalised(CUT_OFF, h.tokens, 0.6))
+    (one,) = beam_search_n_best(CUT_OFF, ONE_SRC, BOS, EOS, cfg, n_best=1)
+    assert one == hyps[:1]
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search_n_best(CUT_OFF, ONE_SRC, BOS, EOS, cfg, n_best=3)
+
+
 # --- a random tiny Transformer --------------------------------------------------------------------
 
 TINY_V = 40
@@ -213,26 +254,39 @@ def test_output_does_not_depend_on_batch_size(tiny, sources, fn, kwargs) -> None
 
 
 def reference_beam(model: Transformer, src: list[int], k: int, alpha: float, limit: int) -> list[int]:
-    """One sentence, full recomputation (no cache), no early stopping: the rules of the module doc."""
+    """One sentence, full recomputation (no cache), no early stopping: the rules of the module doc
+    (pad and bos never generated; at `limit` tokens only eos is allowed, and paid for)."""
     src_t = torch.tensor([src])
     memory = model.encode(src_t)
     alive, finished = [([], 0.0)], []
-    for t in range(limit):
+    for t in range(limit + 1):
         candidates = []
         for tokens, score in alive:
             logits = model.decode(torch.tensor([[BOS] + tokens]), memory, src_t)[0, -1]
             logp = F.log_softmax(logits.float(), dim=-1).double().tolist()
-            candidates += [(score + lp, tokens, v) for v, lp in enumerate(logp)]
+            for v, lp in enumerate(logp):
+                allowed = v not in (PAD, BOS) and (t < limit or v == EOS)
+                candidates.append((score + lp if allowed else -math.inf, tokens, v))
         candidates.sort(key=lambda c: -c[0])  # stable: ties keep (slot, token) order
         alive = []
         for score, tokens, v in candidates[: k - len(finished)]:
-            if v == EOS or t + 1 == limit:
-                finished.append((score / gnmt_length_penalty(t + 1, alpha), tokens + [v] * (v != EOS)))
+            if v == EOS:
+                finished.append((score / gnmt_length_penalty(t + 1, alpha), tokens))
             else:
                 alive.append((tokens + [v], score))
         if not alive:
             break
     return max(finished, key=lambda f: f[0])[1]  # the earliest of equal scores
+
+
+def test_n_best_heads_equal_beam_search_and_are_sorted(tiny, sources) -> None:
+    cfg = DecodeConfig(beam_size=4, length_penalty=0.6, batch_size=64, **LIMITS)
+    best = in_batches(beam_search, tiny, sources, 64, beam_size=4, length_penalty=0.6, **LIMITS)
+    n_best = beam_search_n_best(tiny, pad(sources, PAD), BOS, EOS, cfg, n_best=4)
+    assert [hyps[0].tokens for hyps in n_best] == best
+    for hyps in n_best:
+        assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
 
 
 def test_batched_beam_matches_a_naive_reference(tiny, sources) -> None:
@@ -286,6 +340,16 @@ def test_translate_restores_order_and_skips_blank_lines(tiny) -> None:
             assert out == tok.decode(ids)
     for size in (1, 7, 64):
         assert translate(tiny, tok, SENTENCES, cfg.model_copy(update={"batch_size": size})) == outs
+
+
+def test_translate_n_best_first_equals_translate(tiny) -> None:
+    tok = WordTokenizer()
+    cfg = DecodeConfig(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=4)
+    got = translate_n_best(tiny, tok, SENTENCES, cfg, n_best=3)
+    assert got[1] == [] and got[3] == []
+    firsts = [hyps[0][0] if hyps else "" for hyps in got]
+    assert firsts == translate(tiny, tok, SENTENCES, cfg)
+    assert all(len(hyps) == 3 for text, hyps in zip(SENTENCES, got, strict=True) if text.strip())
 
 
 def test_translate_blank_input_does_not_run_the_model() -> None:

@@ -73,14 +73,15 @@ def smoke(tmp_path_factory):
 def test_smoke_dag_runs_end_to_end(smoke):
     work, env, _ = smoke
     metrics = json.loads((work / "reports/metrics.json").read_text())
-    assert set(metrics) == {"val", "test_2016_flickr", "test_2017_flickr"}
+    facts = json.loads((work / "reports/score_facts.json").read_text())
+    assert set(metrics) == set(facts) == {"val", "test_2016_flickr", "test_2017_flickr"}
     for split, m in metrics.items():
-        assert 0.0 <= m["bleu"] <= 100.0 and 0.0 <= m["chrf"] <= 100.0
-        assert m["bleu_signature"].startswith("nrefs:1")
+        assert set(m) == {"bleu", "chrf", "bleu_lc_tok"} and all(0.0 <= v <= 100.0 for v in m.values())
+        assert facts[split]["bleu"].startswith("nrefs:1") and "tok:none" in facts[split]["bleu_lc_tok"]
         lines = (work / f"reports/translations/{split}.hyp.de").read_text().split("\n")
         assert len(lines) - 1 == 40  # one line per source line (max_eval_pairs), trailing newline
     assert (work / "reports/time_machine.md").read_text().count("\n|") >= 21
-    assert json.loads((work / "reports/warmup.json").read_text())["threshold"] == 0.0
+    assert json.loads((work / "reports/warmup_facts.json").read_text())["threshold"] == 0.0
     assert (work / "models/transformer/model.pt").is_file()
     assert not (work / "mlflow.db").exists()  # MLFLOW_TRACKING_URI wins over the repo default
 
@@ -117,8 +118,8 @@ def test_mlflow_run_has_params_tags_step_metrics_and_test_metrics(tracked):
     assert history["train_loss"] == history["lr"] == history["tokens_per_s"] == [50]
     assert history["val_loss"] == history["val_bleu"] == [30, 60]
     for split in ("val", "test_2016_flickr", "test_2017_flickr"):
-        assert 0.0 <= run.data.metrics[f"bleu_{split}"] <= 100.0
-        assert 0.0 <= run.data.metrics[f"chrf_{split}"] <= 100.0
+        for name in ("bleu", "chrf", "bleu_lc_tok"):
+            assert 0.0 <= run.data.metrics[f"{split}.{name}"] <= 100.0
 
 
 def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
@@ -133,20 +134,18 @@ def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
 def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     import mlflow
 
-    from pipeline.checkpoint import load_model
     from pipeline.config import load_params
-    from pipeline.search import translate
-    from pipeline.tokenizer import Tokenizer
+    from pipeline.translator import load_translator, translate_lines
 
     work, client, run = smoke[0], *tracked
     version = client.get_model_version_by_alias(MODEL_NAME, "candidate")
     assert version.run_id == run.info.run_id
-    assert float(version.tags["bleu_val"]) == pytest.approx(run.data.metrics["bleu_val"], abs=1e-3)
+    assert float(version.tags["val.bleu"]) == pytest.approx(run.data.metrics["val.bleu"], abs=1e-3)
     sentences = ["A dog runs in the park.", "", "Two men are playing football on a field."]
     got = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@candidate").predict(sentences)
-    tok = Tokenizer.load(work / "models/spm/spm.model")
-    model, _ = load_model(work / "models/transformer/model.pt", vocab_size=tok.vocab_size)
-    want = translate(model, tok, sentences, load_params(work / "params.yaml").decode)
+    loaded = load_translator(work / "models/transformer/model.pt", work / "models/spm/spm.model")
+    params = load_params(work / "params.yaml")
+    want = translate_lines(loaded, sentences, params.decode, max_pieces=params.train.max_len)
     assert got == want and len(got) == 3 and got[1] == ""
 
 

@@ -6,6 +6,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 import yaml
 from datasets import Dataset, DatasetDict
 
@@ -55,9 +56,10 @@ def tok(model_path: Path) -> Tokenizer:
     return Tokenizer.load(model_path)
 
 
-def test_special_ids_and_pieces(tok: Tokenizer) -> None:
+def test_special_ids_and_pieces(tok: Tokenizer, model_path: Path) -> None:
+    trained = spm.SentencePieceProcessor(model_file=str(model_path))  # the file itself, not our constants
+    assert (trained.pad_id(), trained.unk_id(), trained.bos_id(), trained.eos_id()) == (0, 1, 2, 3)
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
-    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert 4 < tok.vocab_size <= 500
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -13,7 +14,6 @@ import pytest
 import yaml
 
 from pipeline import tracking
-from pipeline.errors import PipelineError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,72 +56,6 @@ def test_run_id_file_round_trip(tmp_path):
     assert tracking.read_run_id(path) == "0123abcd"
 
 
-# ---------------------------------------------------------------- promotion
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    """A fresh sqlite MLflow store for this module."""
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
-        yield tracking.client()
-
-
-def register(client, name: str, bleu_val: float | None, alias: str, run_id: str | None = None) -> str:
-    """A new version of `name` (of run `run_id`, else a new run) with `alias`, scored `bleu_val`
-    the way the score stage does it."""
-    from pipeline.registry import tag_candidate
-
-    run_id = run_id or client.create_run(tracking.experiment_id("promotion-test")).info.run_id
-    if not client.search_registered_models(f"name = '{name}'"):
-        client.create_registered_model(name)
-    version = client.create_model_version(name, f"runs:/{run_id}/translator", run_id)
-    client.set_registered_model_alias(name, "candidate", version.version)
-    if bleu_val is not None:
-        assert tag_candidate(name, run_id, {"bleu_val": bleu_val}) == version.version
-    client.set_registered_model_alias(name, alias, version.version)
-    return version.version
-
-
-@pytest.mark.parametrize(
-    "champion, candidate, promoted",
-    [(None, 30.0, True), (30.0, 31.5, True), (30.0, 30.0, False), (30.0, 29.0, False)],
-)
-def test_champion_moves_only_to_a_strictly_better_candidate(registry, champion, candidate, promoted):
-    from pipeline.registry import promote
-
-    name = f"m-{champion}-{candidate}".replace(".", "_")
-    old = register(registry, name, champion, "champion") if champion is not None else None
-    new = register(registry, name, candidate, "candidate")
-    result = promote(name)
-    assert result.promoted is promoted
-    want = new if promoted else old
-    assert registry.get_model_version_by_alias(name, "champion").version == want
-
-
-def test_promotion_needs_a_candidate_with_val_bleu(registry):
-    from pipeline.registry import promote
-
-    with pytest.raises(PipelineError, match="no 'candidate' version"):
-        promote("never-registered")
-    register(registry, "unscored", None, "candidate")
-    with pytest.raises(PipelineError, match="no 'bleu_val'"):
-        promote("unscored")
-
-
-def test_a_better_decode_of_the_same_training_run_is_promoted(registry):
-    """Scores live on versions: a new version of the same run (say, a wider beam) competes."""
-    from pipeline.registry import promote
-
-    first = register(registry, "same-run", 30.0, "champion")
-    run_id = registry.get_model_version("same-run", first).run_id
-    second = register(registry, "same-run", 30.5, "candidate", run_id=run_id)
-    assert promote("same-run").promoted
-    assert registry.get_model_version_by_alias("same-run", "champion").version == second
-    assert registry.get_model_version_by_alias("same-run", "champion").tags["bleu_val"] == "30.5000"
-
-
 # ---------------------------------------------------------------- the flow's stage order
 
 
@@ -152,3 +86,45 @@ def test_flow_stage_order_is_a_topological_order_of_the_dag():
         for dep in stages[name].get("deps", []):
             if dep in producer:
                 assert order.index(producer[dep]) < position, f"{name} needs {dep} from {producer[dep]}"
+
+
+# ---------------------------------------------------------------- console progress
+
+
+def test_progress_off_a_terminal_is_plain_lines_every_n_steps(capsys):
+    progress = tracking.ConsoleProgress(max_steps=1000, max_minutes=10, every=50)
+    for step in range(1, 121):
+        progress.update(step, step * 1.5, {"train_loss": 2.5, "lr": 1e-3})
+    progress.line("step=120 val_loss=2.4")
+    progress.close()
+    out, err = capsys.readouterr()
+    assert "\r" not in out + err and err == ""
+    lines = out.splitlines()
+    assert lines[:2] == [
+        "train: step 50/1000, 1.2/10 min, train_loss=2.5 lr=0.001",
+        "train: step 100/1000, 2.5/10 min, train_loss=2.5 lr=0.001",
+    ]
+    assert lines[2:] == ["step=120 val_loss=2.4"]
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("max_steps, max_minutes, want", [(100, 1000, 500), (100_000, 10, 250)])
+def test_progress_bar_follows_the_budget_that_ends_first(monkeypatch, max_steps, max_minutes, want):
+    """50 steps in 150 s: half of 100 steps, or a quarter of 10 minutes (steps would say 0.05%)."""
+    monkeypatch.setattr(sys, "stderr", FakeTerminal())
+    progress = tracking.ConsoleProgress(max_steps, max_minutes)
+    progress.update(50, 150.0, {"train_loss": 2.5})
+    assert progress.bar.n == want and progress.bar.total == 1000  # per mille
+    progress.close()
+    assert "\r" in sys.stderr.getvalue()  # a live bar on a terminal
+
+
+def test_progress_of_other_ranks_is_silent(capsys):
+    progress = tracking.ConsoleProgress(max_steps=10, max_minutes=1, enabled=False, every=1)
+    progress.update(1, 1.0, {"train_loss": 1.0})
+    progress.line("hidden")
+    assert capsys.readouterr() == ("", "")

@@ -1,14 +1,24 @@
+"""The training loop: loss, schedule, exact resume, continuing with a raised budget, starting
+afresh when the trajectory changes, checkpoint contents, budgets and the NaN stop."""
+
 import math
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from pipeline.config import ModelConfig, OptimConfig
-from pipeline.model import Transformer
-from pipeline.train import Trainer, inverse_sqrt_lr, label_smoothed_loss, validation_loss
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_train import TOY_MODEL, TOY_OPTIM, pairs, toy_run  # noqa: E402
 
-PAD, BOS, EOS = 0, 2, 3
+from pipeline import checkpoint  # noqa: E402
+from pipeline import train as train_module  # noqa: E402
+from pipeline.config import OptimConfig  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.model import Transformer  # noqa: E402
+from pipeline.train import RunContext, inverse_sqrt_lr, label_smoothed_loss, run_identity  # noqa: E402
+
+PAD = 0
 
 
 def test_label_smoothed_loss_matches_hand_computation():
@@ -35,51 +45,92 @@ def test_inverse_sqrt_schedule():
     assert [o / p for o, p in zip(ours, paper, strict=True)] == pytest.approx([10.0] * 3)
 
 
-def toy_pairs(n: int = 64) -> list:
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(n):
-        length = int(torch.randint(2, 8, (1,), generator=g))
-        src = torch.randint(4, 20, (length,), generator=g).tolist()
-        out.append((src, list(reversed(src))))
-    return out
+@pytest.fixture
+def losses(monkeypatch) -> list[float]:
+    """The loss of every optimizer step taken in this test, in order."""
+    seen, step = [], train_module.train_step
 
+    def recorded(*args):
+        loss, n = step(*args)
+        seen.append(loss)
+        return loss, n
 
-def make_trainer(tmp: Path, max_steps: int, **optim) -> Trainer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1)
-    pairs = toy_pairs()
-    model = Transformer(cfg, 20, PAD)
-    ocfg = OptimConfig(
-        **{"seed": 3, "max_tokens": 60, "warmup_steps": 5, "max_steps": max_steps, "val_every": 4,
-           "patience": 100, "average_last": 2, "peak_lr": 3e-3, **optim}
-    )  # fmt: skip
-
-    def validate(m: Transformer) -> dict[str, float]:
-        loss = validation_loss(m, pairs[:16], 60, BOS, EOS, torch.device("cpu"))
-        return {"val_loss": loss, "score": -loss}
-
-    return Trainer(model, pairs, validate, ocfg, tmp, tmp / "log.csv", BOS, EOS, "score", "fp", meta={})
+    monkeypatch.setattr(train_module, "train_step", recorded)
+    return seen
 
 
 def test_resume_reproduces_uninterrupted_weights(tmp_path):
-    full = make_trainer(tmp_path / "a", max_steps=12)
-    full.run()
-    half = make_trainer(tmp_path / "b", max_steps=8)
-    half.run()  # stops at step 8, a validation step, with last.pt saved
-    resumed = make_trainer(tmp_path / "b", max_steps=12)
-    resumed.run()
-    assert resumed.progress.step == 12
-    for (name, a), (_, b) in zip(
-        full.model.state_dict().items(), resumed.model.state_dict().items(), strict=True
-    ):
+    data = pairs(64)
+    full, _ = toy_run(tmp_path / "a", data, max_steps=12)
+    toy_run(tmp_path / "b", data, max_steps=8)  # stops at step 8, a validation step, with last.pt saved
+    resumed, progress = toy_run(tmp_path / "b", data, max_steps=12)
+    assert progress.step == 12
+    for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    assert (tmp_path / "b" / "log.csv").read_text() != ""
+    assert [row["step"] for row in progress.log] == [4, 8, 12]
+
+
+def test_raising_the_budget_continues_the_run(tmp_path, losses, capsys):
+    """N steps, then the budget raised to 2N: steps N+1..2N equal an uninterrupted 2N-step run's;
+    best.pt, last.pt and the step checkpoints keep being written."""
+    data = pairs(64)
+    toy_run(tmp_path / "full", data, max_steps=16, label_smoothing=0.0)
+    uninterrupted = list(losses)
+    losses.clear()
+    toy_run(tmp_path / "run", data, max_steps=8, label_smoothing=0.0, max_minutes=1.0)
+    best_before = checkpoint.load(tmp_path / "run" / "best.pt")["step"]
+    _, progress = toy_run(tmp_path / "run", data, max_steps=16, label_smoothing=0.0, max_minutes=2.0)
+    assert "at step 8" in capsys.readouterr().out and progress.step == 16
+    assert losses[8:] == uninterrupted[8:]  # bit-identical, not approximately
+    scores = [row["score"] for row in progress.log]
+    assert max(scores[2:]) > max(scores[:2])  # val improved after step 8 ...
+    assert (
+        checkpoint.load(tmp_path / "run" / "best.pt")["step"] > best_before == 8
+    )  # ... and best.pt followed
+    assert progress.kept == ["step0000012.pt", "step0000016.pt"]
+    assert sorted(p.name for p in (tmp_path / "run").glob("step*.pt")) == progress.kept
+
+
+def test_budgets_are_not_part_of_the_identity_but_the_lr_is():
+    model, run = Transformer(TOY_MODEL, 20, PAD), RunContext(Path("x"), Path("x.csv"), "data")
+    base = run_identity(model, OptimConfig(**TOY_OPTIM), run)
+    budgets = dict(max_steps=99, max_minutes=9.0, patience=1, val_every=7, average_last=9, threads=3)
+    assert run_identity(model, OptimConfig(**TOY_OPTIM | budgets), run) == base
+    for change in (dict(peak_lr=1e-4), dict(seed=4), dict(max_tokens=61), dict(accum_steps=2)):
+        assert run_identity(model, OptimConfig(**TOY_OPTIM | change), run) != base, change
+    assert (
+        run_identity(model, OptimConfig(**TOY_OPTIM), RunContext(Path("x"), Path("x.csv"), "other")) != base
+    )
+
+
+def test_a_new_lr_starts_afresh_and_drops_the_old_checkpoints(tmp_path, capsys):
+    data = pairs(64)
+    toy_run(tmp_path, data, max_steps=8, val_every=2, average_last=3)
+    assert {p.name for p in tmp_path.glob("step*.pt")} == {
+        "step0000004.pt",
+        "step0000006.pt",
+        "step0000008.pt",
+    }
+    capsys.readouterr()
+    _, progress = toy_run(tmp_path, data, max_steps=4, val_every=4, average_last=3, peak_lr=1e-3)
+    out = capsys.readouterr().out
+    afresh = [line for line in out.splitlines() if "starting afresh" in line]
+    assert len(afresh) == 1 and "optim.peak_lr 0.003 -> 0.001" in afresh[0], out
+    assert "resuming" not in out and progress.step == 4
+    assert [p.name for p in tmp_path.glob("step*.pt")] == ["step0000004.pt"] == progress.kept
+
+
+def test_step_and_best_checkpoints_hold_weights_only(tmp_path):
+    toy_run(tmp_path, pairs(), max_steps=8)
+    for name in ("best.pt", "step0000008.pt"):
+        assert set(checkpoint.load(tmp_path / name)) == {*checkpoint.MODEL_KEYS, "step"}, name
+    last = checkpoint.load(tmp_path / "last.pt")
+    assert {"optimizer", "rng", "progress", "identity", "fingerprint"} <= set(last)
+    assert (tmp_path / "last.pt").stat().st_size > 2 * (tmp_path / "step0000008.pt").stat().st_size
 
 
 def test_training_lowers_loss_and_keeps_checkpoints(tmp_path):
-    t = make_trainer(tmp_path, max_steps=40, label_smoothing=0.0)
-    progress = t.run()
+    _, progress = toy_run(tmp_path, pairs(64), max_steps=40, label_smoothing=0.0)
     losses = [row["val_loss"] for row in progress.log]
     assert losses[-1] < losses[0]
     assert {"last.pt", "best.pt"} <= {p.name for p in tmp_path.iterdir()}
@@ -88,15 +139,25 @@ def test_training_lowers_loss_and_keeps_checkpoints(tmp_path):
 
 
 def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
-    """Each step takes 10 fake seconds; a 1-minute budget must allow exactly 6 steps, resumed or not."""
-    clock = [1000.0]
+    """Each step takes 10 fake seconds; a 1-minute budget allows exactly 6 steps, continued or not."""
+    clock, step = [1000.0], train_module.train_step
     monkeypatch.setattr("pipeline.train.time.time", lambda: clock[0])
-    t = make_trainer(tmp_path, max_steps=100, max_minutes=1.0, val_every=2)
-    step = t.train_step
 
-    def slow_step(batches):
+    def slow_step(*args):
         clock[0] += 10.0
-        return step(batches)
+        return step(*args)
 
-    t.train_step = slow_step
-    assert t.run().step == 6
+    monkeypatch.setattr(train_module, "train_step", slow_step)
+    assert toy_run(tmp_path, pairs(), max_steps=100, max_minutes=0.5, val_every=2)[1].step == 3
+    assert toy_run(tmp_path, pairs(), max_steps=100, max_minutes=1.0, val_every=2)[1].step == 6
+
+
+def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        train_module, "label_smoothed_loss", lambda *a: torch.tensor(float("nan"), requires_grad=True)
+    )
+    with pytest.raises(
+        PipelineError,
+        match=r"^train: loss is nan at step 1; stopped, the last good checkpoint is .*last\.pt$",
+    ):
+        toy_run(tmp_path, pairs(), max_steps=4)

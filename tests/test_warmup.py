@@ -123,3 +123,32 @@ def test_stage_writes_the_splits(tmp_path, monkeypatch) -> None:
     assert {k: len(v) for k, v in ds.items()} == {"train": 50, "val": 10, "test": 10}
     assert ds["val"].column_names == ["src", "tgt"]
     assert all(number_to_words(int(r["src"])) == r["tgt"] for r in ds["train"])
+
+
+def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) -> None:
+    import json
+
+    from pipeline.errors import PipelineError
+    from stages import warmup_data, warmup_train
+
+    tiny = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    optim = {"max_steps": 4, "val_every": 2, "max_tokens": 400, "warmup_steps": 2, "average_last": 2}
+    params = {
+        "warmup_data": {"max_number": 999, "n_train": 100, "n_val": 10, "n_test": 10},
+        "warmup_train": {"threshold": 0.0, "model": tiny, "optim": optim},
+        "decode": {"batch_size": 4, "max_len_b": 3},
+    }
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    warmup_data.main()
+    warmup_train.main()
+    metrics = json.loads((tmp_path / "reports" / "warmup.json").read_text())
+    assert set(metrics) == {"test_exact_match", "steps", "minutes"} and metrics["steps"] == 4
+    assert all(isinstance(v, int | float) for v in metrics.values())
+    facts = json.loads((tmp_path / "reports" / "warmup_facts.json").read_text())
+    assert facts["threshold"] == 0.0 and facts["final_model"]["source"] in facts["final_model"]["candidates"]
+    assert (tmp_path / "reports" / "warmup_log.csv").read_text().count("\n") == 3  # header + steps 2, 4
+    params["warmup_train"]["threshold"] = 1.0  # unreachable in 4 steps: the gate fails (nothing retrained)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(PipelineError, match="warmup gate failed: test exact match 0.0000 < 1.0"):
+        warmup_train.main()

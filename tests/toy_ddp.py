@@ -2,33 +2,48 @@
 
 `python tests/toy_ddp.py OUT_DIR MAX_STEPS ACCUM_STEPS`, alone or under
 `python -m torch.distributed.run --standalone --nproc-per-node=N`. Writes, per rank,
-OUT_DIR/rank<r>.json: the loss of each optimizer step and the files that rank wrote.
+OUT_DIR/rank<r>.json: the loss of each optimizer step, the files that rank wrote, and a checksum
+of its final weights. With env TOY_UNREADABLE_RANK=r, rank r cannot read checkpoints.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
-from toy_train import BOS, EOS, PAD, pairs  # this folder is on sys.path when run as a script
+from toy_train import PAD, ToyValidation, pairs  # this folder is on sys.path when run as a script
 
 from pipeline import checkpoint, distributed
 from pipeline import train as train_module
 from pipeline.config import ModelConfig, OptimConfig
+from pipeline.errors import CheckpointError, run_main
 from pipeline.model import Transformer
-from pipeline.train import Trainer, validation_loss
+from pipeline.train import RunContext, train
+
+
+def record(world: distributed.World) -> tuple[list[float], list[str]]:
+    """Patch the loop to record its losses and the files it writes."""
+    losses, written = [], []
+    save, write_log, step = checkpoint.save, train_module.write_log, train_module.train_step
+    checkpoint.save = lambda path, state: (written.append(Path(path).name), save(path, state))[1]
+    train_module.write_log = lambda rows, path: (written.append(Path(path).name), write_log(rows, path))[1]
+    train_module.train_step = lambda *args: (result := step(*args), losses.append(result[0]))[0]
+    if os.environ.get("TOY_UNREADABLE_RANK") == str(world.rank):
+
+        def unreadable(path):
+            raise CheckpointError(f"{path}: permission denied")
+
+        checkpoint.load = unreadable
+    return losses, written
 
 
 def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
     torch.set_num_threads(1)
     world, device = distributed.init(torch.device("cpu"))
-    written: list[str] = []
-    save, write_log = checkpoint.save, train_module.write_log
-    checkpoint.save = lambda path, state: (written.append(Path(path).name), save(path, state))[1]
-    train_module.write_log = lambda rows, path: (written.append(Path(path).name), write_log(rows, path))[1]
-
+    losses, written = record(world)
     torch.manual_seed(world.rank)  # different initial weights per rank: DDP must sync them
     data = pairs(96)
     model = Transformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0), 20, PAD)
@@ -36,27 +51,16 @@ def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
         seed=3, max_tokens=60, warmup_steps=5, max_steps=max_steps, val_every=4, average_last=2,
         peak_lr=3e-3, accum_steps=accum_steps,
     )  # fmt: skip
-
-    def validate(m: Transformer) -> dict[str, float]:
-        loss = validation_loss(m, data[:16], 60, BOS, EOS, device)
-        return {"val_loss": loss, "score": -loss}
-
-    trainer = Trainer(
-        model, data, validate, cfg, out_dir, out_dir / "log.csv", BOS, EOS, "score", "toy", meta={},
-        world=world,
-    )  # fmt: skip
-    losses, step = [], trainer.train_step
-
-    def recorded(batches):
-        loss, n = step(batches)
-        losses.append(loss)
-        return loss, n
-
-    trainer.train_step = recorded
-    trainer.run()
-    (out_dir / f"rank{world.rank}.json").write_text(json.dumps({"losses": losses, "written": written}))
-    distributed.close()
+    try:
+        train(
+            model, data, ToyValidation(data[:16]), cfg, RunContext(out_dir, out_dir / "log.csv", "toy", world)
+        )
+        checksum = sum(float(p.double().sum()) for p in model.parameters())
+        result = {"losses": losses, "written": written, "checksum": checksum}
+        (out_dir / f"rank{world.rank}.json").write_text(json.dumps(result))
+    finally:
+        distributed.close()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    run_main(lambda: main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))

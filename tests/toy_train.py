@@ -1,8 +1,9 @@
-"""A toy training run for the interruption tests: `python tests/toy_train.py OUT_DIR [KILL_AT]`.
+"""Toy training runs for the training tests: `python tests/toy_train.py OUT_DIR [KILL_AT]`.
 
 KILL_AT = "step:N" (SIGKILL after optimizer step N), "validation:N" (inside the validation at
 step N) or "checkpoint:N" (halfway through writing a checkpoint at step N). At the end the
-final weights go to OUT_DIR/final.pt.
+final weights go to OUT_DIR/final.pt. Also imported by the tests for `pairs`, `ToyValidation`
+and `toy_run`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,23 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pipeline import checkpoint
+from pipeline import train as train_module
 from pipeline.config import ModelConfig, OptimConfig
+from pipeline.evaluate import validation_loss
 from pipeline.model import Transformer
-from pipeline.train import Trainer, validation_loss
+from pipeline.train import Progress, RunContext, train
 
 PAD, BOS, EOS = 0, 2, 3
+TOY_MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1)
+TOY_OPTIM = dict(
+    seed=3, max_tokens=60, warmup_steps=5, max_steps=16, val_every=4, average_last=2, peak_lr=3e-3
+)
 
 
 def pairs(n: int = 48) -> list:
@@ -32,65 +40,68 @@ def pairs(n: int = 48) -> list:
     return out
 
 
+@dataclass
+class ToyValidation:
+    """Validation by loss alone: score = -val_loss (higher is better), so it improves as training goes."""
+
+    pairs: list
+    metric_name: str = "score"
+
+    def score(self, model: Transformer) -> float:
+        return -validation_loss(model, self.pairs, 60)
+
+    def __call__(self, model: Transformer) -> dict[str, float]:
+        loss = validation_loss(model, self.pairs, 60)
+        return {"val_loss": loss, "score": -loss}
+
+
+def toy_run(
+    out_dir: Path, data: list, model_cfg: ModelConfig = TOY_MODEL, **optim
+) -> tuple[Transformer, Progress]:
+    """Train a fresh seeded toy model on `data` into `out_dir` with TOY_OPTIM updated by `optim`."""
+    torch.manual_seed(0)
+    model = Transformer(model_cfg, 20, PAD)
+    run = RunContext(out_dir, out_dir / "log.csv", data_id="toy")
+    return model, train(model, data, ToyValidation(data[:16]), OptimConfig(**(TOY_OPTIM | optim)), run)
+
+
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def arm(trainer: Trainer, kill_at: str) -> None:
-    """Make the run SIGKILL itself at the named point."""
+def arm(kill_at: str) -> None:
+    """Make the run SIGKILL itself at the named point (steps counted from this process's start)."""
     where, step = kill_at.split(":")
-    step = int(step)
-    if where == "step":
-        original = trainer.train_step
+    step, done = int(step), [0]
+    original_step, original_call, original_save = train_module.train_step, ToyValidation.__call__, torch.save
 
-        def train_step(batches):
-            result = original(batches)
-            if trainer.progress.step + 1 == step:
-                die()
-            return result
+    def train_step(*args):
+        result = original_step(*args)
+        done[0] += 1
+        if where == "step" and done[0] == step:
+            die()
+        return result
 
-        trainer.train_step = train_step
-    elif where == "validation":
-        original_validate = trainer.validate
+    def validate(self, model):
+        if where == "validation" and done[0] == step:
+            die()
+        return original_call(self, model)
 
-        def validate(model):
-            if trainer.progress.step == step:
-                die()
-            return original_validate(model)
+    def save(obj, f, *args, **kwargs):
+        if where == "checkpoint" and done[0] == step and str(f).endswith(".tmp"):
+            Path(f).write_bytes(b"half a checkpoint")
+            die()
+        return original_save(obj, f, *args, **kwargs)
 
-        trainer.validate = validate
-    elif where == "checkpoint":
-        original_save = torch.save
-
-        def save(obj, f, *args, **kwargs):
-            if trainer.progress.step == step and str(f).endswith(".tmp"):
-                Path(f).write_bytes(b"half a checkpoint")
-                die()
-            return original_save(obj, f, *args, **kwargs)
-
-        torch.save = save
+    train_module.train_step, ToyValidation.__call__, torch.save = train_step, validate, save
 
 
 def main(out_dir: Path, kill_at: str | None) -> None:
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    data = pairs()
-    model = Transformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1), 20, PAD)
-    cfg = OptimConfig(
-        seed=3, max_tokens=60, warmup_steps=5, max_steps=16, val_every=4, average_last=2, peak_lr=3e-3
-    )
-
-    def validate(m: Transformer) -> dict[str, float]:
-        loss = validation_loss(m, data[:16], 60, BOS, EOS, torch.device("cpu"))
-        return {"val_loss": loss, "score": -loss}
-
-    trainer = Trainer(
-        model, data, validate, cfg, out_dir, out_dir / "log.csv", BOS, EOS, "score", "toy", meta={}
-    )
     if kill_at:
-        arm(trainer, kill_at)
-    trainer.run()
-    checkpoint.save(out_dir / "final.pt", {"model": trainer.model.state_dict()})
+        arm(kill_at)
+    model, _ = toy_run(out_dir, pairs())
+    checkpoint.save(out_dir / "final.pt", {"model": model.state_dict()})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,391 @@
+"""The GPU check (issue 16): CUDA tests, then the DAG's stages with a cut budget, into gpu.json.
+
+Run through `bench/gpu_check.sh` (which installs the carried wheels first). In order:
+
+1. `pytest -m cuda tests/test_cuda.py` (fused attention, bf16 training, checkpoints, beam search, DDP);
+2. a scratch copy of the repo (`--workdir`) with a params.yaml that keeps every default except
+   the budgets (`train.optim.max_minutes` = `--train-minutes`, `warmup_train.optim.max_minutes` =
+   `--warmup-minutes`) and MLflow, which is off; `--cpu-dry-run` also merges
+   tests/smoke_params.yaml (~500 pairs, tiny models) to prove the plumbing on a CPU;
+3. every stage of dvc.yaml but `report`, in file order (a topological order), by its own `cmd`,
+   with `MULTI30K_MIRROR` at the carried copy (`.m30k/`); a failed stage stops the later ones,
+   except `warmup_train`, whose gate is recorded but does not feed training;
+4. the bf16 matmul peak of this machine (`bench.flops`), and the training's MFU: target tokens/s
+   (median over the training log's validation windows, which exclude validation time) × matmul
+   FLOPs per target token of the training data (`bench.flops.train_step_flops`) / peak.
+
+The report (`--out`, default reports/gpu.json) is rewritten after every step, so a run cut short
+still leaves what it reached; it and the stages' metrics and logs are also copied to `$OUT` when
+that is set (the device tool brings back what is under it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SKIP_STAGES = ("report",)  # figures for the README: not part of the check
+CAN_FAIL = ("warmup_train",)  # its gate decides nothing downstream
+PACKAGES = ("torch", "numpy", "pandas", "pyarrow", "datasets", "pydantic", "sentencepiece", "sacrebleu")
+BLOCKED = ("mlflow", "dvc", "prefect")  # --cpu-dry-run proves the stages run without them
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cpu-dry-run", action="store_true", help="tiny data and budgets, on any machine")
+    p.add_argument("--train-minutes", type=float, default=3.0, help="train.optim.max_minutes")
+    p.add_argument("--warmup-minutes", type=float, default=1.0, help="warmup_train.optim.max_minutes")
+    p.add_argument("--budget-minutes", type=float, default=7.5, help="the whole check stops by then")
+    p.add_argument("--out", type=Path, default=REPO / "reports/gpu.json", help="the report")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/gpucheck"), help="scratch repo copy")
+    p.add_argument(
+        "--mirror", type=Path, default=REPO / ".m30k", help="Multi30k *.gz (gpu_check.sh --prepare)"
+    )
+    p.add_argument("--reserve-minutes", type=float, default=2.0, help="kept for after training")
+    p.add_argument("--skip-tests", action="store_true")
+    return p.parse_args(argv)
+
+
+class Deadline:
+    def __init__(self, minutes: float) -> None:
+        self.start, self.end = time.time(), time.time() + minutes * 60
+
+    def left(self) -> float:
+        return max(self.end - time.time(), 1.0)
+
+    def minutes(self) -> float:
+        return round((time.time() - self.start) / 60, 2)
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Deep-merge `over` into a copy of `base`."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(base.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def environment() -> dict:
+    """Device, versions and the machine, read in this process."""
+    cuda = torch.cuda.is_available()
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "gpus": torch.cuda.device_count() if cuda else 0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "packages": versions,
+    }
+
+
+def write_report(report: dict, out: Path) -> None:
+    """Write the report to `out` and, when env OUT is set, to $OUT/gpu.json."""
+    text = json.dumps(report, indent=2) + "\n"
+    targets = [out] + ([Path(os.environ["OUT"]) / "gpu.json"] if os.environ.get("OUT") else [])
+    for path in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def blocker_dir(work: Path) -> Path:
+    """A folder whose sitecustomize.py makes importing mlflow, dvc or prefect fail."""
+    folder = work.parent / f"{work.name}-block"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import sys\n\n\nclass Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+        "            raise ImportError(f'{name} is blocked by bench/gpu_check.py --cpu-dry-run')\n\n\n"
+        "sys.meta_path.insert(0, Block())\n"
+    )
+    return folder
+
+
+def child_env(mirror: Path, block: Path | None) -> dict:
+    """The environment of the tests and stages: carried packages, the mirror, offline HF."""
+    path = [str(block)] if block else []
+    path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "PYTHONUNBUFFERED": "1",
+        "MULTI30K_MIRROR": str(mirror.resolve()),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TQDM_MININTERVAL": "10",
+    }
+
+
+def run_tests(env: dict, work: Path, deadline: Deadline) -> dict:
+    """`pytest -m cuda tests/test_cuda.py` in the repo; counts from its JUnit XML."""
+    junit = work.parent / f"{work.name}-junit.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "tests/test_cuda.py",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+    ]
+    started = time.time()
+    try:
+        done = subprocess.run(
+            [*cmd, f"--junitxml={junit}"], cwd=REPO, env=env, timeout=min(deadline.left(), 240)
+        )
+        rc = done.returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    facts = {"command": shlex.join(cmd[2:]), "returncode": rc, "seconds": round(time.time() - started, 1)}
+    if junit.is_file():
+        suite = ET.parse(junit).getroot()
+        suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+        counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+        counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        facts |= counts
+    return facts
+
+
+def resolve(text: str, params: dict) -> str:
+    """Replace dvc.yaml's `${a.b}` with the params value."""
+
+    def value(match: re.Match) -> str:
+        node = params
+        for key in match.group(1).split("."):
+            node = node[key]
+        return str(node)
+
+    return re.sub(r"\$\{([^}]+)\}", value, text)
+
+
+def entries(items: list) -> list[str]:
+    """dvc.yaml deps/outs/metrics entries -> paths (an entry is a path or {path: options})."""
+    return [next(iter(i)) if isinstance(i, dict) else i for i in items or []]
+
+
+def dag(params: dict) -> dict[str, dict]:
+    """dvc.yaml's stages in file order (minus SKIP_STAGES), each with its cmd, deps, outs, metrics
+    resolved against `params`."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    out = {}
+    for name, stage in stages.items():
+        if name in SKIP_STAGES:
+            continue
+        files = {k: [resolve(p, params) for p in entries(stage.get(k))] for k in ("deps", "outs", "metrics")}
+        out[name] = {"cmd": " ".join(resolve(stage["cmd"], params).split()), **files}
+    return out
+
+
+def scratch_copy(work: Path, stages: dict[str, dict]) -> None:
+    """The packages, and every stage dependency that no stage writes, copied to `work`."""
+    if work.exists():
+        shutil.rmtree(work)
+    written = {p for s in stages.values() for p in s["outs"] + s["metrics"]}
+    names = {"pipeline", "stages", "bench"} | {p for s in stages.values() for p in s["deps"]} - written
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in sorted(names):
+        src, dest = REPO / name, work / name
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=ignore, dirs_exist_ok=True)
+        elif src.is_file():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+
+
+def check_params(args: argparse.Namespace) -> tuple[dict, dict]:
+    """(params for the run, the overrides applied over the repo's params.yaml)."""
+    over = {
+        "mlflow": {"enabled": False},
+        "train": {"optim": {"max_minutes": args.train_minutes}},
+        "warmup_train": {"optim": {"max_minutes": args.warmup_minutes}},
+    }
+    if args.cpu_dry_run:
+        over = merge(yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text()), over)
+    return merge(yaml.safe_load((REPO / "params.yaml").read_text()), over), over
+
+
+def run_stage(name: str, cmd: str, work: Path, env: dict, deadline: Deadline) -> dict:
+    """Run one stage's cmd in `work` (its `python` is this interpreter); minutes and exit status."""
+    argv = shlex.split(cmd)
+    if argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    print(f"\n=== gpu_check: stage {name}: {cmd}", flush=True)
+    started = time.time()
+    try:
+        rc = subprocess.run(argv, cwd=work, env=env, timeout=deadline.left()).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    return {"minutes": round((time.time() - started) / 60, 2), "returncode": rc}
+
+
+def train_budget(args: argparse.Namespace, deadline: Deadline) -> float:
+    """`--train-minutes`, cut so that the stages after training still fit in the budget."""
+    return round(max(0.5, min(args.train_minutes, deadline.left() / 60 - args.reserve_minutes)), 2)
+
+
+def flops_per_target_token(work: Path, params: dict) -> float:
+    """Matmul FLOPs of a training step per target token, over the training pairs (Multi30k train
+    as the tokenizer encodes it, pairs over `train.max_len` dropped as the train stage does)."""
+    from bench.flops import train_step_flops
+    from pipeline.config import ModelConfig
+    from pipeline.data import load_corpus
+    from pipeline.tokenizer import Tokenizer
+
+    corpus = load_corpus(work / params["download"]["out_dir"])["train"]
+    tok = Tokenizer.load(work / params["tokenizer"]["out_dir"] / "spm.model")
+    pairs = zip(tok.encode_batch(list(corpus["en"])), tok.encode_batch(list(corpus["de"])), strict=True)
+    lens = [(len(s) + 1, len(t) + 1) for s, t in pairs if max(len(s), len(t)) <= params["train"]["max_len"]]
+    src_lens, tgt_lens = [s for s, _ in lens], [t for _, t in lens]
+    cfg = ModelConfig(**params["train"]["model"])
+    return train_step_flops(cfg, tok.vocab_size, src_lens, tgt_lens) / sum(tgt_lens)
+
+
+def peak_gflops(device: torch.device, bf16: bool) -> float:
+    """This machine's matmul peak in the training's dtype (bench.flops, large squares on CUDA)."""
+    from bench.flops import matmul_peak_gflops
+
+    size, repeats = (8192, 10) if device.type == "cuda" else (512, 3)
+    return matmul_peak_gflops(torch.bfloat16 if bf16 else torch.float32, device, size, repeats)
+
+
+def training_facts(work: Path, params: dict) -> dict:
+    """Steps, epochs and target tokens/s from the training log (rows with a training window)."""
+    import pandas as pd
+
+    log = pd.read_csv(work / params["train"].get("log_csv", "reports/train_log.csv"))
+    speeds = [s for s in log["tokens_per_s"] if s > 0]
+    return {
+        "steps": int(log["step"].iloc[-1]),
+        "epochs": int(log["epoch"].iloc[-1]),
+        "validations": len(log),
+        "tokens_per_s": round(statistics.median(speeds), 1),
+        "tokens_per_s_windows": [round(s, 1) for s in speeds],
+        "final_val_bleu_greedy": float(log["val_bleu"].max()),
+    }
+
+
+def throughput(work: Path, params: dict) -> dict:
+    """Training tokens/s, its matmul GFLOP/s and MFU against the peak measured now."""
+    from pipeline.device import pick_device, use_bf16
+
+    facts = training_facts(work, params)
+    optim = params["train"]["optim"]
+    device = pick_device(optim.get("device", "auto"))
+    bf16 = use_bf16(device, optim.get("precision", "auto"))
+    per_token = flops_per_target_token(work, params)
+    peak = peak_gflops(device, bf16)
+    achieved = facts["tokens_per_s"] * per_token / 1e9
+    return facts | {
+        "flops_per_target_token": round(per_token),
+        "achieved_gflops": round(achieved, 1),
+        "peak_gflops": round(peak, 1),
+        "peak_dtype": "bf16" if bf16 else "fp32",
+        "mfu": round(achieved / peak, 4),
+    }
+
+
+def bleu(work: Path, stages: dict[str, dict]) -> dict:
+    """BLEU (beam search, sacreBLEU) of each evaluation split, from the score stage's metrics."""
+    metrics = json.loads((work / stages["score"]["metrics"][0]).read_text())
+    return {split: m["bleu"] for split, m in metrics.items()}
+
+
+def safely(fn, *args) -> dict:
+    """fn(*args), or {"error": ...} when a file it reads is missing or broken."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the report records what could not be read
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def copy_back(work: Path, stages: dict[str, dict], params: dict) -> None:
+    """The stages' metrics and the training log into $OUT (6 files at most: the tool takes 8)."""
+    if not os.environ.get("OUT"):
+        return
+    names = [p for s in stages.values() for p in s["metrics"]]
+    names += [params["train"].get(k, "") for k in ("log_csv", "facts_json")]
+    files = [work / n for n in names if n and (work / n).is_file()]
+    for path in files[:6]:
+        shutil.copy2(path, Path(os.environ["OUT"]) / path.name)
+
+
+def run_dag(args: argparse.Namespace, params: dict, env: dict, deadline: Deadline, report: dict) -> bool:
+    """Every stage in order into report["stages"]; the training budget is set just before `train`.
+    Returns whether every stage that matters succeeded."""
+    stages, work = dag(params), args.workdir
+    report["stages"] = {}
+    for name, stage in stages.items():
+        if name == "train":
+            params["train"]["optim"]["max_minutes"] = report["train_minutes"] = train_budget(args, deadline)
+            (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        report["stages"][name] = run_stage(name, stage["cmd"], work, env, deadline)
+        write_report(report, args.out)
+        if report["stages"][name]["returncode"] != 0 and name not in CAN_FAIL:
+            report["stopped_at"] = name
+            return False
+    return True
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    deadline = Deadline(args.budget_minutes)
+    params, over = check_params(args)
+    report = {
+        "check": shlex.join(["bench/gpu_check.sh", *argv]),
+        "mode": "cpu-dry-run" if args.cpu_dry_run else "gpu",
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **environment(),
+        "params_overrides": over,
+        "blocked_imports": list(BLOCKED) if args.cpu_dry_run else [],
+    }
+    write_report(report, args.out)
+    env = child_env(args.mirror, blocker_dir(args.workdir) if args.cpu_dry_run else None)
+    if not args.skip_tests:
+        report["tests"] = run_tests(env, args.workdir, deadline)
+        write_report(report, args.out)
+    scratch_copy(args.workdir, dag(params))
+    (args.workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ok = run_dag(args, params, env, deadline, report)
+    report["train"] = safely(throughput, args.workdir, params)
+    report["bleu"] = safely(bleu, args.workdir, dag(params))
+    report["total_minutes"] = deadline.minutes()
+    write_report(report, args.out)
+    copy_back(args.workdir, dag(params), params)
+    tests_ok = args.skip_tests or report["tests"].get("returncode") == 0
+    print(
+        f"\ngpu_check: {'OK' if ok and tests_ok else 'FAILED'} in {report['total_minutes']} min -> {args.out}"
+    )
+    return 0 if ok and tests_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,203 @@
+"""Export to CTranslate2 (OpenNMT's inference engine) and translate with the exported model.
+
+    python -m pipeline.export ctranslate2 --checkpoint models/transformer/model.pt \\
+        --spm models/spm/spm.model --out models/ct2
+
+The model is described with CTranslate2's Python spec API (`ctranslate2.specs.TransformerSpec`
+of a `TransformerEncoderSpec` and a `TransformerDecoderSpec`), the way its own fairseq and
+OpenNMT-py converters do, and saved in fp32; int8 (or another compute type) is chosen when the
+model is loaded (`load_translator(..., compute_type="int8")`).
+
+What maps to what (ours -> CTranslate2):
+- post-norm or pre-norm layers -> `pre_norm` (pre-norm: our final norms -> `layer_norm`);
+  LayerNorm epsilon 1e-5 (torch's default) -> config `layer_norm_epsilon`;
+- embeddings × √D -> `scale_embeddings = True`; our sinusoidal table (sin at even, cos at odd
+  dimensions, position 0 first) -> `position_encodings.encodings` (`MAX_POSITIONS` rows);
+- fused `qkv_proj` / `q_proj` + `kv_proj` / `out_proj` -> attention `linear[0..2]`;
+  FFN `w1`, `w2` (ReLU) -> `linear_0`, `linear_1`; residual norms -> the sublayers' `layer_norm`;
+- output projection (the tied target embedding, no bias) -> decoder `projection`;
+- vocabulary: the SentencePiece pieces by id (shared); source + `</s>` (`add_source_eos`),
+  decoder starts with `<s>` as ours.
+
+Decoding differences (`ct2_translate`): pad and bos are suppressed and the length limit
+`floor(a * src_len + b)` is applied per sentence (sentences are grouped by it), as in
+`pipeline.search`. CTranslate2's beam search normalises scores by `len(Y) ** alpha` (eos not
+counted) and keeps a constant beam, while ours uses the GNMT penalty and a shrinking beam: greedy
+outputs are the same, beam outputs can differ on some sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.batching import pad
+from pipeline.checkpoint import load_model
+from pipeline.config import DecodeConfig
+from pipeline.errors import ConfigError, run_main
+from pipeline.model import MultiHeadAttention, Transformer, sinusoid_positions
+from pipeline.search import batches, max_lengths
+from pipeline.tokenizer import Tokenizer
+
+MAX_POSITIONS = 1024  # rows of the exported position table (CTranslate2's default max_input_length)
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default, which our model uses
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, layer: nn.Linear) -> None:
+    spec.weight = _np(layer.weight)
+    if layer.bias is not None:
+        spec.bias = _np(layer.bias)
+
+
+def _norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _attention(spec, attn: MultiHeadAttention) -> None:
+    """Ours: fused q,k,v rows (self) or q and fused k,v (cross) -> CTranslate2's linear list."""
+    if attn.cross:
+        _linear(spec.linear[0], attn.q_proj)
+        _linear(spec.linear[1], attn.kv_proj)
+    else:
+        _linear(spec.linear[0], attn.qkv_proj)
+    _linear(spec.linear[-1], attn.out_proj)
+
+
+def _inputs(spec, embedding: nn.Embedding, d_model: int) -> None:
+    emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    emb.weight = _np(embedding.weight)
+    spec.scale_embeddings = True
+    spec.position_encodings.encodings = _np(sinusoid_positions(torch.arange(MAX_POSITIONS), d_model))
+
+
+def transformer_spec(model: Transformer, pieces: list[str]):
+    """Our model -> a `ctranslate2.specs.TransformerSpec` with the vocabulary `pieces` (by id)."""
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as ts
+
+    cfg = model.cfg
+    spec = ts.TransformerSpec.from_config(
+        cfg.n_layers, cfg.n_heads, pre_norm=cfg.pre_norm, activation=common_spec.Activation.RELU
+    )
+    _inputs(spec.encoder, model.src_embed, cfg.d_model)
+    _inputs(spec.decoder, model.tgt_embed, cfg.d_model)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn)
+        _norm(layer_spec.self_attention.layer_norm, layer.res1.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
+        _norm(layer_spec.ffn.layer_norm, layer.res2.norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn)
+        _norm(layer_spec.self_attention.layer_norm, layer.res1.norm)
+        _attention(layer_spec.attention, layer.cross_attn)
+        _norm(layer_spec.attention.layer_norm, layer.res2.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.w1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.w2)
+        _norm(layer_spec.ffn.layer_norm, layer.res3.norm)
+    if cfg.pre_norm:
+        _norm(spec.encoder.layer_norm, model.enc_norm)
+        _norm(spec.decoder.layer_norm, model.dec_norm)
+    spec.decoder.projection.weight = _np(
+        model.tgt_embed.weight if model.out_proj is None else model.out_proj.weight
+    )
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = LN_EPS
+    return spec
+
+
+def export_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | Path) -> Path:
+    """Write our model as a CTranslate2 model directory `out_dir` (fp32; replaced if present).
+
+    Raises:
+        ConfigError: the model's vocabulary size differs from the tokenizer's.
+    """
+    from ctranslate2.converters.converter import Converter
+
+    if model.vocab_size != tokenizer.vocab_size:
+        raise ConfigError(
+            f"model vocabulary {model.vocab_size} does not match the tokenizer's {tokenizer.vocab_size}"
+        )
+    spec = transformer_spec(model.float().eval(), tokenizer.id_to_piece(range(tokenizer.vocab_size)))
+
+    class OurConverter(Converter):
+        def _load(self):
+            return spec
+
+    return Path(OurConverter().convert(str(out_dir), force=True))
+
+
+def load_translator(model_dir: str | Path, compute_type: str = "default", threads: int = 0):
+    """A `ctranslate2.Translator` on the CPU; `compute_type` e.g. "float32", "int8";
+    `threads` intra-op threads (0: CTranslate2's default)."""
+    import ctranslate2
+
+    return ctranslate2.Translator(
+        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+    )
+
+
+def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[str]:
+    """Translate raw sentences with a CTranslate2 model (a `Translator` or its directory) using
+    `cfg`'s beam size, length penalty (CTranslate2's meaning: see the module doc) and per-sentence
+    length limit; `cfg.batch_size` sentences per call. Blank inputs give "". Returns the
+    detokenised outputs in input order."""
+    if isinstance(translator, str | Path):
+        translator = load_translator(translator)
+    ids = tokenizer.encode_batch(list(sentences))
+    todo = [i for i, text in enumerate(sentences) if text.strip()]
+    outputs = [""] * len(sentences)
+    if not todo:
+        return outputs
+    src = pad([ids[i] + [tokenizer.eos_id] for i in todo], tokenizer.pad_id)  # as search counts it
+    groups: dict[int, list[int]] = defaultdict(list)
+    limits = max_lengths(src, tokenizer.pad_id, cfg.max_len_a, cfg.max_len_b).tolist()
+    for i, limit in zip(todo, limits, strict=True):
+        groups[limit].append(i)
+    piece_id = {p: i for i, p in enumerate(tokenizer.id_to_piece(range(tokenizer.vocab_size)))}
+    banned = [tokenizer.id_to_piece([i]) for i in (tokenizer.pad_id, tokenizer.bos_id)]
+    for limit, members in sorted(groups.items()):
+        order = sorted(members, key=lambda i: (-len(ids[i]), i))
+        for chunk in batches(order, cfg.batch_size):
+            results = translator.translate_batch(
+                [tokenizer.id_to_piece(ids[i]) for i in chunk],
+                beam_size=cfg.beam_size,
+                length_penalty=cfg.length_penalty,
+                max_decoding_length=limit,
+                suppress_sequences=banned,
+                max_input_length=MAX_POSITIONS,
+            )
+            for i, r in zip(chunk, results, strict=True):
+                outputs[i] = tokenizer.decode(piece_id[p] for p in r.hypotheses[0])
+    return outputs
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m pipeline.export", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="engine", required=True)
+    ct2 = sub.add_parser("ctranslate2", help="write a CTranslate2 model directory")
+    ct2.add_argument("--checkpoint", default="models/transformer/model.pt")
+    ct2.add_argument("--spm", default="models/spm/spm.model", help="the SentencePiece model")
+    ct2.add_argument("--out", default="models/ct2", help="output directory (replaced)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    tokenizer = Tokenizer.load(args.spm)
+    model, _ = load_model(args.checkpoint, vocab_size=tokenizer.vocab_size)
+    out = export_ctranslate2(model, tokenizer, args.out)
+    print(f"export: wrote {out} (CTranslate2, fp32; choose int8 with compute_type when loading)")
+
+
+if __name__ == "__main__":
+    run_main(main)

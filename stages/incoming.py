@@ -1,0 +1,49 @@
+"""DVC stage `incoming`: Multi30k train + the new pairs in INCOMING_DIR → the merged training set.
+
+Usage: `python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON` (dvc.yaml passes the
+paths). Reads the corpus at `download.out_dir`; validates every `*.tsv` in INCOMING_DIR
+(`en<TAB>de`, see `pipeline.incoming`), drops pairs that leak val/test sentences and duplicates,
+and writes MERGED_JSONL (train pairs, then the new ones) and COUNTS_JSON (files, pairs_read,
+dropped_leak, dropped_dup, added, train_pairs). An absent or empty INCOMING_DIR gives exactly the
+train split. A bad file is a one-line error and nothing is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import datasets
+
+from pipeline.config import load_params
+from pipeline.data import TRAIN_SPLIT, load_corpus
+from pipeline.errors import run_main
+from pipeline.incoming import merge_folder, write_merged
+from pipeline.io import write_json
+
+
+def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
+    datasets.disable_progress_bars()
+    corpus = load_corpus(load_params().download.out_dir)
+    train = list(zip(corpus[TRAIN_SPLIT]["en"], corpus[TRAIN_SPLIT]["de"], strict=True))
+    held_out = [
+        pair
+        for split, ds in corpus.items()
+        if split != TRAIN_SPLIT
+        for pair in zip(ds["en"], ds["de"], strict=True)
+    ]
+    merged, counts = merge_folder(incoming_dir, train, held_out)
+    write_merged(merged_jsonl, merged)
+    write_json(counts_json, asdict(counts))
+    print(
+        f"incoming: {counts.files} file(s), {counts.pairs_read} pairs read, {counts.dropped_leak} dropped "
+        f"(in val/test), {counts.dropped_dup} dropped (duplicates), {counts.added} added -> "
+        f"{merged_jsonl} ({counts.train_pairs} training pairs)"
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        raise SystemExit("usage: python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON")
+    run_main(lambda: main(*map(Path, sys.argv[1:4])))

@@ -1,0 +1,137 @@
+"""The incoming-data stage: validating `en<TAB>de` files, dropping leaks and duplicates, merging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import Dataset, DatasetDict
+
+from pipeline.data import save_dataset_dict
+from pipeline.errors import DataError
+from pipeline.incoming import incoming_files, merge, read_incoming, read_merged, write_merged
+from stages import incoming as stage
+
+TRAIN = {
+    "en": ["A man.", "Two dogs run.", "A girl sings."],
+    "de": ["Ein Mann.", "Zwei Hunde rennen.", "Ein Mädchen\tsingt."],  # Multi30k train has a tab too
+}
+VAL = {"en": ["A cat."], "de": ["Eine Katze."]}
+TEST = {"en": ["A car."], "de": ["Ein Auto."]}
+
+
+def pairs(columns: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return list(zip(columns["en"], columns["de"], strict=True))
+
+
+def test_reads_a_good_file_with_bom_crlf_and_spaces(tmp_path: Path) -> None:
+    path = tmp_path / "new.tsv"
+    path.write_bytes("\ufeffA boy swims.\tEin Junge schwimmt.\r\n  A bird. \tEin Vogel.\n".encode())
+    assert read_incoming(path) == [("A boy swims.", "Ein Junge schwimmt."), ("A bird.", "Ein Vogel.")]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"A boy.\tEin Junge.\nA \xff cat.\tEine Katze.\n", r"new\.tsv: line 2: not valid UTF-8"),
+        (b"A boy.\tEin Junge.\tmore\n", r"new\.tsv: line 1: expected 2 tab-separated fields .*got 3"),
+        (b"A boy. Ein Junge.\n", r"new\.tsv: line 1: expected 2 tab-separated fields .*got 1"),
+        (b"A boy.\t \n", r"new\.tsv: line 1: empty de field"),
+        (b"A boy.\tEin Junge.\n\nA cat.\tEine Katze.\n", r"new\.tsv: line 2: empty line"),
+        (b"A \x07boy.\tEin Junge.\n", r"new\.tsv: line 1: control character U\+0007 in the en field"),
+    ],
+)
+def test_bad_line_is_one_line_error_naming_file_and_line(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "new.tsv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as info:
+        read_incoming(path)
+    assert "\n" not in str(info.value)
+
+
+def test_only_visible_tsv_files_in_name_order(tmp_path: Path) -> None:
+    for name in ("b.tsv", "a.tsv", ".hidden.tsv", "README.md"):
+        (tmp_path / name).write_text("x\ty\n")
+    assert [p.name for p in incoming_files(tmp_path)] == ["a.tsv", "b.tsv"]
+    assert incoming_files(tmp_path / "absent") == []
+
+
+def test_merge_drops_leaks_and_duplicates_and_counts_them() -> None:
+    train, held_out = pairs(TRAIN), pairs(VAL) + pairs(TEST)
+    new = [
+        ("A boy swims.", "Ein Junge schwimmt."),  # kept
+        ("a  CAT.", "Eine andere Katze."),  # English side is val's (case and spaces ignored)
+        ("Some car.", "Ein Auto."),  # German side is test's
+        ("A man.", "Ein Mann."),  # already in train
+        ("A boy swims.", "Ein  Junge schwimmt."),  # repeats the first incoming pair
+        ("A man.", "Ein Herr."),  # same English, new German: a new pair
+    ]
+    merged, counts = merge(train, new, held_out)
+    assert merged == train + [("A boy swims.", "Ein Junge schwimmt."), ("A man.", "Ein Herr.")]
+    assert counts == {"pairs_read": 6, "dropped_leak": 2, "dropped_dup": 2, "added": 2, "train_pairs": 5}
+
+
+def test_merged_file_round_trips_tabs_and_line_separators(tmp_path: Path) -> None:
+    rows = pairs(TRAIN) + [("A\u2028line.", "Eine\u2028Zeile.")]
+    write_merged(tmp_path / "m.jsonl", rows)
+    en, de = read_merged(tmp_path / "m.jsonl")
+    assert list(zip(en, de, strict=True)) == rows
+    (tmp_path / "bad.jsonl").write_text('{"en": "x", "de": "y"}\n{"en": "x"}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 2: not a JSON object with fields en, de"):
+        read_merged(tmp_path / "bad.jsonl")
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    """A working directory with params.yaml and a tiny saved corpus."""
+    corpus = DatasetDict({"train": Dataset.from_dict(TRAIN), "val": Dataset.from_dict(VAL),
+                          "test_2016_flickr": Dataset.from_dict(TEST)})  # fmt: skip
+    save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"download": {"out_dir": "data/multi30k"}}))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_stage(repo: Path) -> tuple[bytes, dict]:
+    stage.main(repo / "data/incoming", repo / "data/train_merged.jsonl", repo / "reports/incoming.json")
+    counts = json.loads((repo / "reports/incoming.json").read_text())
+    return (repo / "data/train_merged.jsonl").read_bytes(), counts
+
+
+def test_stage_without_files_writes_exactly_the_train_split(repo: Path) -> None:
+    absent, counts = run_stage(repo)
+    (repo / "data/incoming").mkdir()
+    (repo / "data/incoming/README.md").write_text("not data")
+    empty, _ = run_stage(repo)
+    assert absent == empty  # byte-for-byte: DVC sees the same hash
+    assert read_merged(repo / "data/train_merged.jsonl") == (TRAIN["en"], TRAIN["de"])
+    assert counts == {"files": 0, "pairs_read": 0, "dropped_leak": 0, "dropped_dup": 0, "added": 0,
+                      "train_pairs": 3}  # fmt: skip
+    assert all(isinstance(v, int) for v in counts.values())
+
+
+def test_stage_adds_new_pairs_and_prints_the_counts(repo: Path, capsys) -> None:
+    (repo / "data/incoming").mkdir()
+    (repo / "data/incoming/b.tsv").write_text("A boy swims.\tEin Junge schwimmt.\nA cat.\tEine Katze.\n")
+    (repo / "data/incoming/a.tsv").write_text("A bird sings.\tEin Vogel singt.\nA man.\tEin Mann.\n")
+    _, counts = run_stage(repo)
+    en, _ = read_merged(repo / "data/train_merged.jsonl")
+    assert en == TRAIN["en"] + ["A bird sings.", "A boy swims."]  # files in name order
+    assert counts == {"files": 2, "pairs_read": 4, "dropped_leak": 1, "dropped_dup": 1, "added": 2,
+                      "train_pairs": 5}  # fmt: skip
+    assert "1 dropped (in val/test), 1 dropped (duplicates), 2 added" in capsys.readouterr().out
+
+
+def test_stage_with_a_bad_file_writes_nothing(repo: Path) -> None:
+    before, _ = run_stage(repo)
+    (repo / "data/incoming").mkdir()
+    (repo / "data/incoming/a.tsv").write_text("A bird sings.\tEin Vogel singt.\n")
+    (repo / "data/incoming/b.tsv").write_text("A boy swims.\n")
+    with pytest.raises(DataError, match=r"b\.tsv: line 1: expected 2 tab-separated fields"):
+        run_stage(repo)
+    assert (repo / "data/train_merged.jsonl").read_bytes() == before
+    assert json.loads((repo / "reports/incoming.json").read_text())["files"] == 0
