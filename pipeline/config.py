@@ -94,7 +94,7 @@ class OptimConfig(Section):
     label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(default=1.0, gt=0.0)
     max_steps: int = Field(default=100_000, gt=0)
-    max_minutes: float = Field(default=75.0, gt=0.0)  # wall clock, validation included
+    max_minutes: float = Field(default=70.0, gt=0.0)  # wall clock, validation included
     val_every: int = Field(default=300, gt=0)
     patience: int = Field(default=10, gt=0)  # validations without improvement
     average_last: int = Field(default=4, gt=0)  # step checkpoints kept for the final average
