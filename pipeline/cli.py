@@ -24,11 +24,18 @@ from pipeline.config import DecodeConfig, Params, load_params
 from pipeline.device import pick_device
 from pipeline.errors import ConfigError, PipelineError, run_main
 from pipeline.tracking import repo_root
-from pipeline.translator import Loaded, load_translator, translate_lines, translate_lines_n_best
+from pipeline.translator import (
+    Loaded,
+    load_ct2_translator,
+    load_translator,
+    translate_lines,
+    translate_lines_n_best,
+)
 
 REPO = repo_root()
 DEFAULT_CHECKPOINT = REPO / "models/transformer/model.pt"
 DEFAULT_PARAMS = REPO / "params.yaml"
+DEFAULT_CT2 = REPO / "models/ct2"
 BATCH_LINES = 256  # lines per batch when stdin is not a terminal
 
 
@@ -42,6 +49,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
     p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
+                   help="our beam search, or a CTranslate2 export (python -m pipeline.export ctranslate2)")  # fmt: skip
+    p.add_argument(
+        "--ct2-dir", type=Path, default=DEFAULT_CT2, help="the CTranslate2 export (--engine ctranslate2)"
+    )
+    p.add_argument("--compute-type", default="int8", help="CTranslate2 compute type: int8, float32, ...")
     p.add_argument(
         "--attention", type=Path, default=None, help="save the first sentence's cross-attention PNG"
     )
@@ -95,11 +108,20 @@ def outputs(loaded: Loaded, batch: list[str], cfg: DecodeConfig, args, max_len: 
     )
 
 
+def load(args: argparse.Namespace, spm: Path) -> Loaded:
+    """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --n-best/--attention)."""
+    if args.engine == "ours":
+        return load_translator(args.checkpoint, spm)
+    if args.n_best is not None or args.attention is not None:
+        raise ConfigError("--engine ctranslate2: --n-best and --attention need --engine ours")
+    return load_ct2_translator(args.ct2_dir, spm, args.compute_type)
+
+
 def run(args: argparse.Namespace) -> Iterator[str]:
     """Yield the output for each input line (one German line; K lines with --n-best)."""
     params = defaults(args.params)
     cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
-    loaded = load_translator(args.checkpoint, spm_path(args, params))
+    loaded = load(args, spm_path(args, params))
     first: tuple[str, str] | None = None
     for batch in input_batches(args.sentences):
         for line, german in zip(batch, outputs(loaded, batch, cfg, args, params.train.max_len), strict=True):

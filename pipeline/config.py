@@ -147,8 +147,8 @@ class TrainConfig(Section):
     run_id_file: str = "reports/mlflow_run_id.txt"  # the MLflow run decode/score add to
     max_len: int = Field(default=128, gt=0)  # pieces; longer training pairs are skipped
     val_max_sentences: int | None = Field(default=None, gt=0)  # cap greedy-BLEU cost
-    model: ModelConfig = ModelConfig(dropout=0.3)
-    optim: OptimConfig = OptimConfig(peak_lr=1.5e-3, average_last=8)
+    model: ModelConfig = ModelConfig(dropout=0.1)
+    optim: OptimConfig = OptimConfig(peak_lr=2e-3)
     dist: DistConfig = DistConfig()
 
 

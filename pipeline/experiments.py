@@ -21,8 +21,8 @@ METRIC_COLUMNS = {  # column -> (metrics file, dotted key)
     "steps": ("reports/train_summary.json", "steps"),
     "epochs": ("reports/train_summary.json", "epochs"),
     "minutes": ("reports/train_summary.json", "minutes"),
-    "val BLEU": ("reports/metrics.json", "val.bleu"),
-    "val BLEU lc-tok": ("reports/metrics.json", "val.bleu_lc_tok"),
+    "val BLEU": ("reports/val.json", "bleu"),
+    "val BLEU lc-tok": ("reports/val.json", "bleu_lc_tok"),
 }
 
 

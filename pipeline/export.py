@@ -29,6 +29,7 @@ outputs are the same, beam outputs can differ on some sentences.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -39,12 +40,12 @@ import torch
 from torch import nn
 
 from pipeline.batching import pad
-from pipeline.checkpoint import load_model
 from pipeline.config import DecodeConfig
-from pipeline.errors import ConfigError, run_main
+from pipeline.errors import CheckpointError, ConfigError, run_main
 from pipeline.model import MultiHeadAttention, Transformer, sinusoid_positions
 from pipeline.search import batches, max_lengths
 from pipeline.tokenizer import Tokenizer
+from pipeline.translator import load_translator as load_ours
 
 MAX_POSITIONS = 1024  # rows of the exported position table (CTranslate2's default max_input_length)
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default, which our model uses
@@ -185,18 +186,50 @@ def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: D
     return outputs
 
 
+def vocabulary_size(model_dir: str | Path) -> int:
+    """Pieces in an exported model's shared vocabulary.
+
+    Raises:
+        CheckpointError: `model_dir` holds no CTranslate2 vocabulary (not an export).
+    """
+    for name in ("shared_vocabulary.json", "shared_vocabulary.txt"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            return len(json.loads(text)) if name.endswith(".json") else len(text.splitlines())
+    raise CheckpointError(f"{model_dir}: not a CTranslate2 model (no shared_vocabulary file)")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m pipeline.export", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="engine", required=True)
     ct2 = sub.add_parser("ctranslate2", help="write a CTranslate2 model directory")
-    ct2.add_argument("--checkpoint", default="models/transformer/model.pt")
-    ct2.add_argument("--spm", default="models/spm/spm.model", help="the SentencePiece model")
+    ct2.add_argument("--checkpoint", type=Path, default=Path("models/transformer/model.pt"))
+    ct2.add_argument("--spm", type=Path, default=Path("models/spm/spm.model"), help="the SentencePiece model")
     ct2.add_argument("--out", default="models/ct2", help="output directory (replaced)")
+    ct2.add_argument("--register", action="store_true",
+                     help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)")  # fmt: skip
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    tokenizer = Tokenizer.load(args.spm)
-    model, _ = load_model(args.checkpoint, vocab_size=tokenizer.vocab_size)
-    out = export_ctranslate2(model, tokenizer, args.out)
+    loaded = load_ours(args.checkpoint, args.spm)  # checked against the tokenizer
+    out = export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     print(f"export: wrote {out} (CTranslate2, fp32; choose int8 with compute_type when loading)")
+    if args.register:
+        register(args.checkpoint, args.spm, out)
+
+
+def register(checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
+    """Log the CTranslate2 export as a pyfunc version of the train stage's MLflow run (params.yaml)."""
+    from pipeline.config import load_params
+    from pipeline.registry import log_translator
+    from pipeline.tracking import read_run_id
+
+    params = load_params()
+    run_id = read_run_id(Path(params.train.run_id_file))
+    if not run_id:
+        raise ConfigError(f"{params.train.run_id_file}: no MLflow run id (is mlflow.enabled true?)")
+    config = params.decode.model_dump() | {"max_len": params.train.max_len, "compute_type": "int8"}
+    version = log_translator(run_id, checkpoint, spm, config, params.mlflow.model_name, ct2_dir)
+    print(f"export: MLflow model {params.mlflow.model_name} v{version} (alias ctranslate2)")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pipeline import tracking
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REQUIREMENTS = ["torch==2.13.0", "sentencepiece==0.2.3", "pydantic==2.14.4", "pyyaml==6.0.4", "numpy==2.4.6",
-                "tqdm==4.70.1", "pandas==3.1.1", "pysbd==0.3.4"]  # fmt: skip
+                "tqdm==4.70.1", "pandas==3.1.1", "pysbd==0.3.4", "sacremoses==0.2.0", "ctranslate2==4.8.5"]  # fmt: skip
 
 
 class Translator(mlflow.pyfunc.PythonModel):
@@ -32,15 +32,23 @@ class Translator(mlflow.pyfunc.PythonModel):
     of strings, or one string. Output: a list of German strings, one per input, in order. Loads
     and translates through `pipeline.translator` (the decode stage's and `mt-translate`'s code):
     the checkpoint is checked against the tokenizer, and each input gets the shared processing.
-    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum)."""
+    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum). With a
+    `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the config's
+    `compute_type` (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         from pipeline.config import DecodeConfig
-        from pipeline.translator import MAX_SRC_PIECES, load_translator
+        from pipeline.translator import MAX_SRC_PIECES, load_ct2_translator, load_translator
 
         config = dict(context.model_config or {})
         self.max_len = int(config.pop("max_len", MAX_SRC_PIECES))
-        self.loaded = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
+        compute_type = config.pop("compute_type", "int8")
+        if "ct2" in context.artifacts:  # a CTranslate2 export logged beside the checkpoint
+            self.loaded = load_ct2_translator(
+                context.artifacts["ct2"], context.artifacts["spm"], compute_type
+            )
+        else:
+            self.loaded = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
         self.cfg = DecodeConfig(**config)
 
     def predict(self, context, model_input, params=None) -> list[str]:
@@ -60,23 +68,33 @@ def english_sentences(model_input) -> list[str]:
     return [str(s) for s in model_input]
 
 
-def log_translator(run_id: str, checkpoint: Path, spm_model: Path, decode_cfg: dict, model_name: str) -> str:
+def log_translator(
+    run_id: str,
+    checkpoint: Path,
+    spm_model: Path,
+    decode_cfg: dict,
+    model_name: str,
+    ct2_dir: Path | None = None,
+) -> str:
     """Log the translator pyfunc to run `run_id`, register it as a new version of `model_name`
-    and point the `candidate` alias at it. `decode_cfg`: `DecodeConfig` fields, optionally plus
-    `max_len`. Returns the version."""
+    and point the `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) at it. `decode_cfg`: `DecodeConfig` fields, optionally plus
+    `max_len` and `compute_type`; `ct2_dir`: a CTranslate2 export to decode with. Returns the version."""
+    artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
+    if ct2_dir is not None:
+        artifacts["ct2"] = str(ct2_dir)
     client = tracking.client()  # also sets the tracking URI for mlflow.start_run
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="translator",
             python_model=Translator(),
-            artifacts={"checkpoint": str(checkpoint), "spm": str(spm_model)},
+            artifacts=artifacts,
             model_config=decode_cfg,
             code_paths=[str(PACKAGE_DIR)],
             pip_requirements=REQUIREMENTS,
             registered_model_name=model_name,
         )
     version = str(info.registered_model_version)
-    client.set_registered_model_alias(model_name, "candidate", version)
+    client.set_registered_model_alias(model_name, "candidate" if ct2_dir is None else "ctranslate2", version)
     return version
 
 

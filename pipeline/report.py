@@ -141,7 +141,7 @@ def load_inputs(
     en, seed_de = tr.read_time_machine(files["time_machine"])
     cfg = params.decode
     return ReportInputs(
-        metrics=read_json(files["metrics"]),
+        metrics=tr.read_scores(files["scores"]),
         signatures=read_json_optional(files["score_facts"]),
         log=read_log(files["train_log"]),
         summary={**config, **read_json(files["train_summary"]), **read_json_optional(files["train_facts"])},
@@ -157,7 +157,8 @@ def load_inputs(
         bucket_refs=test["de"],
         git_commit=git_commit(),
         mlflow_run_id=read_run_id(files["mlflow_run_id"]),
-        links={k: files[k] for k in ("metrics", "score_facts", "train_log", "train_summary", "train_facts")}
+        links={s: tr.scores_path(files["scores"], s) for s in tr.EVAL_SPLITS}
+        | {k: files[k] for k in ("score_facts", "train_log", "train_summary", "train_facts")}
         | {f"{s} translations": tr.translation_path(files["translations"], s) for s in tr.EVAL_SPLITS},
     )
 

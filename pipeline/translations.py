@@ -1,15 +1,17 @@
-"""The files around translation: the evaluation splits' `<split>.hyp.de`, and the seed's 20
-"time-machine" sentences (`data/time_machine.tsv`) with their Markdown table."""
+"""The files around translation: the evaluation splits' `<split>.hyp.de`, their scores
+`<split>.json`, and the seed's 20 "time-machine" sentences (`data/time_machine.tsv`) with their
+Markdown table."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from pipeline.config import DecodeConfig
 from pipeline.data import SPLITS, TRAIN_SPLIT
 from pipeline.errors import DataError
-from pipeline.io import write_text
+from pipeline.io import write_json, write_text
 
 EVAL_SPLITS = tuple(s for s in SPLITS if s != TRAIN_SPLIT)
 TIME_MACHINE_HEADER = ["en", "seed_de"]
@@ -19,6 +21,24 @@ def translation_path(out_dir: Path, split: str) -> Path:
     """Where a split's German translations live: `<out_dir>/<split>.hyp.de` (`<split>.de` is the
     corpus's own file name, which must never be committed)."""
     return Path(out_dir) / f"{split}.hyp.de"
+
+
+def scores_path(scores_dir: Path, split: str) -> Path:
+    """A split's scores (DVC metrics): `<scores_dir>/<split>.json`. One file per split keeps
+    `dvc metrics show` narrow: the splits are rows sharing the columns bleu, bleu_lc_tok, chrf."""
+    return Path(scores_dir) / f"{split}.json"
+
+
+def write_scores(scores_dir: Path, scores: dict[str, dict[str, float]]) -> None:
+    """Write `{split: {name: value}}` as one JSON file per split, values rounded to 2 decimals."""
+    for split, values in scores.items():
+        write_json(scores_path(scores_dir, split), {k: round(v, 2) for k, v in values.items()})
+
+
+def read_scores(scores_dir: Path) -> dict[str, dict[str, float]]:
+    """`{split: {name: value}}` of the evaluation splits whose score file exists."""
+    paths = {split: scores_path(scores_dir, split) for split in EVAL_SPLITS}
+    return {split: json.loads(p.read_text(encoding="utf-8")) for split, p in paths.items() if p.is_file()}
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

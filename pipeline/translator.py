@@ -31,10 +31,12 @@ MAX_SRC_PIECES = 128  # train.max_len default: source pieces the model saw at mo
 
 @dataclass(frozen=True)
 class Loaded:
-    """A model and the tokenizer it was trained with."""
+    """A model and the tokenizer it was trained with; `ct2` (a `ctranslate2.Translator` of the
+    same model, see `pipeline.export`) decodes instead of our search when set."""
 
-    model: Transformer
+    model: Transformer | None
     tokenizer: Tokenizer
+    ct2: object | None = None
 
 
 def load_translator(checkpoint: str | Path, spm_model: str | Path) -> Loaded:
@@ -54,6 +56,36 @@ def load_translator(checkpoint: str | Path, spm_model: str | Path) -> Loaded:
             f"{(tok.pad_id, tok.bos_id, tok.eos_id)}"
         )
     return Loaded(model, tok)
+
+
+def load_ct2_translator(
+    model_dir: str | Path, spm_model: str | Path, compute_type: str = "default"
+) -> Loaded:
+    """A CTranslate2 export (`python -m pipeline.export ctranslate2`) with its tokenizer;
+    `compute_type` "float32", "int8", ... (CTranslate2's names).
+
+    Raises:
+        CheckpointError: the directory is not a CTranslate2 model of this tokenizer's vocabulary.
+    """
+    from pipeline.export import load_translator as load_ct2
+    from pipeline.export import vocabulary_size
+
+    tok = Tokenizer.load(spm_model)
+    size = vocabulary_size(model_dir)
+    if size != tok.vocab_size:
+        raise CheckpointError(
+            f"{model_dir}: CTranslate2 vocabulary of {size} pieces, tokenizer has {tok.vocab_size}"
+        )
+    return Loaded(None, tok, load_ct2(model_dir, compute_type))
+
+
+def decode_texts(loaded: Loaded, texts: list[str], cfg: DecodeConfig, device, progress: bool) -> list[str]:
+    """Model inputs -> German with our batched search, or with CTranslate2 when `loaded.ct2` is set."""
+    if loaded.ct2 is not None:
+        from pipeline.export import ct2_translate
+
+        return ct2_translate(loaded.ct2, loaded.tokenizer, texts, cfg)
+    return translate(loaded.model, loaded.tokenizer, texts, cfg, device, progress)
 
 
 @dataclass
@@ -124,7 +156,7 @@ def translate_sentences(
     one stderr warning."""
     sentences = prepare(lines, loaded.tokenizer, max_pieces)
     flat = [text for s in sentences for text in s.inputs]
-    german = iter(translate(loaded.model, loaded.tokenizer, flat, cfg, device, progress))
+    german = iter(decode_texts(loaded, flat, cfg, device, progress))
     per_line: list[list[str]] = [[] for _ in lines]
     missing = 0
     for s in sentences:

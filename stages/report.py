@@ -19,7 +19,7 @@ from pipeline.device import pick_device
 from pipeline.errors import run_main
 from pipeline.translator import load_translator
 
-ARGS = ("model", "time_machine", "translations", "metrics", "score_facts", "train_log", "train_summary",
+ARGS = ("model", "time_machine", "translations", "scores", "score_facts", "train_log", "train_summary",
         "train_facts", "mlflow_run_id", "robustness", "report_md", "figures")  # fmt: skip
 
 

@@ -1,9 +1,9 @@
 """DVC stage `score`: cased sacreBLEU BLEU, chrF and the paper-comparable `bleu_lc_tok` of the
 `decode` stage's translations (`pipeline.metrics`).
 
-Usage: `python -m stages.score TRANSLATIONS_DIR METRICS_JSON SCORE_FACTS_JSON RUN_ID_FILE`. Writes
-METRICS_JSON, numbers only (`{split: {bleu, chrf, bleu_lc_tok}}`), and SCORE_FACTS_JSON, their
-signatures (same keys). Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
+Usage: `python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE`. Writes
+`SCORES_DIR/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and SCORE_FACTS_JSON, their
+signatures (`{split: {...}}`). Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
 `candidate` model version, under the names `dvc metrics show` prints (`val.bleu`, ...).
 """
 
@@ -20,10 +20,10 @@ from pipeline.errors import DataError, run_main
 from pipeline.io import write_json
 from pipeline.metrics import split_scores
 from pipeline.tracking import flatten, run_of
-from pipeline.translations import EVAL_SPLITS, read_lines, translation_path
+from pipeline.translations import EVAL_SPLITS, read_lines, scores_path, translation_path, write_scores
 
 
-def main(translations_dir: Path, metrics_json: Path, facts_json: Path, run_id_file: Path) -> None:
+def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file: Path) -> None:
     datasets.disable_progress_bars()
     params = load_params()
     corpus = load_corpus(params.download.out_dir)
@@ -35,12 +35,12 @@ def main(translations_dir: Path, metrics_json: Path, facts_json: Path, run_id_fi
         except DataError as exc:
             raise DataError(f"{path}: {exc}") from None
         print(f"score: {split}: " + "  ".join(f"{k} {v:.2f}" for k, v in metrics[split].items()))
-    write_json(metrics_json, metrics)
+    write_scores(scores_dir, metrics)
     write_json(facts_json, facts)
     tracker = run_of(run_id_file, params.mlflow.enabled)
     flat = {name: float(value) for name, value in flatten(metrics).items()}
     tracker.log_metrics(flat, step=0)
-    for path in (metrics_json, facts_json):
+    for path in [*(scores_path(scores_dir, split) for split in metrics), facts_json]:
         tracker.log_artifact(path, "reports")
     if tracker.run_id:
         from pipeline.registry import tag_candidate  # imports mlflow: only when tracking
@@ -53,6 +53,6 @@ def main(translations_dir: Path, metrics_json: Path, facts_json: Path, run_id_fi
 if __name__ == "__main__":
     if len(sys.argv) != 5:
         raise SystemExit(
-            "usage: python -m stages.score TRANSLATIONS_DIR METRICS_JSON SCORE_FACTS_JSON RUN_ID_FILE"
+            "usage: python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE"
         )
     run_main(lambda: main(*map(Path, sys.argv[1:5])))

@@ -33,7 +33,7 @@ from pipeline.report import (
     seed_style,
 )
 from pipeline.tokenizer import Tokenizer, train_tokenizer
-from pipeline.translations import translation_path
+from pipeline.translations import read_scores, translation_path, write_scores
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)
@@ -138,7 +138,7 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         "model": root / "models" / "transformer" / "model.pt",
         "time_machine": TIME_MACHINE,
         "translations": root / "reports" / "translations",
-        "metrics": root / "reports" / "metrics.json",
+        "scores": root / "reports",
         "score_facts": root / "reports" / "score_facts.json",
         "train_log": root / "reports" / "train_log.csv",
         "train_summary": root / "reports" / "train_summary.json",
@@ -176,7 +176,8 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
             "".join(h + "\n" for h in hyps), encoding="utf-8"
         )
         metrics[s], signatures[s] = split_scores(hyps, split["de"])
-    paths["metrics"].write_text(json.dumps(metrics))
+    paths["scores"].mkdir(parents=True, exist_ok=True)
+    write_scores(paths["scores"], metrics)
     paths["score_facts"].write_text(json.dumps(signatures))
     with open(paths["train_log"], "w", newline="") as f:
         w = csv.writer(f)
@@ -205,7 +206,7 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
 
 
 def metrics_cell(paths: dict[str, Path], split: str) -> str:
-    m = json.loads(paths["metrics"].read_text())[split]
+    m = read_scores(paths["scores"])[split]
     return f"{m['bleu']:.2f} | {m['bleu_lc_tok']:.2f} | {m['chrf']:.2f} |"
 
 

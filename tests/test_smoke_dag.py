@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.tracking import flatten
+
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))
 MODEL_NAME = "smoke-translator"
+SPLITS = ("val", "test_2016_flickr", "test_2017_flickr")
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,7 +75,7 @@ def smoke(tmp_path_factory):
 
 def test_smoke_dag_runs_end_to_end(smoke):
     work, env, _ = smoke
-    metrics = json.loads((work / "reports/metrics.json").read_text())
+    metrics = {s: json.loads((work / f"reports/{s}.json").read_text()) for s in SPLITS}
     facts = json.loads((work / "reports/score_facts.json").read_text())
     assert set(metrics) == set(facts) == {"val", "test_2016_flickr", "test_2017_flickr"}
     for split, m in metrics.items():
@@ -87,6 +90,27 @@ def test_smoke_dag_runs_end_to_end(smoke):
 
     again = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
+
+
+def test_dvc_metrics_are_numbers_that_fit_a_terminal(smoke):
+    """`dvc metrics show` compares numbers only (configuration lives in params.yaml, signatures and
+    device facts in the *_facts.json files) and its table fits in 160 columns."""
+    work, env, _ = smoke
+    shown = subprocess.run(
+        ["dvc", "metrics", "show", "--json"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    files = json.loads(shown.stdout)["workspace"]["data"]
+    assert {f"reports/{s}.json" for s in SPLITS} | {
+        "reports/train_summary.json",
+        "reports/warmup.json",
+    } <= set(files)
+    leaves = [(name, key, value) for name, f in files.items() for key, value in flatten(f["data"]).items()]
+    assert len(leaves) >= 15
+    for name, key, value in leaves:
+        assert isinstance(value, int | float) and not isinstance(value, bool), f"{name}: {key} = {value!r}"
+    table = subprocess.run(["dvc", "metrics", "show"], cwd=work, env=env, capture_output=True, text=True)
+    assert max(len(line) for line in table.stdout.splitlines()) <= 160, table.stdout
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +152,7 @@ def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
     assert {"last.pt", "best.pt", "step0000030.pt", "step0000060.pt"} <= checkpoints
     assert [f.path for f in client.list_artifacts(run.info.run_id, "model")] == ["model/model.pt"]
     reports = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "reports")}
-    assert {"time_machine.md", "metrics.json", "train_summary.json"} <= reports
+    assert {"time_machine.md", "val.json", "train_summary.json"} <= reports
 
 
 def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
