@@ -30,9 +30,10 @@ def scores_path(scores_dir: Path, split: str) -> Path:
 
 
 def write_scores(scores_dir: Path, scores: dict[str, dict[str, float]]) -> None:
-    """Write `{split: {name: value}}` as one JSON file per split, values rounded to 2 decimals."""
+    """Write `{split: {name: value}}` as one JSON file per split, values rounded to 1 decimal (as
+    published tables; it also keeps `dvc metrics show` within 160 columns)."""
     for split, values in scores.items():
-        write_json(scores_path(scores_dir, split), {k: round(v, 2) for k, v in values.items()})
+        write_json(scores_path(scores_dir, split), {k: round(v, 1) for k, v in values.items()})
 
 
 def read_scores(scores_dir: Path) -> dict[str, dict[str, float]]:

@@ -16,7 +16,7 @@ from pipeline.batching import pad
 from pipeline.cli import DEFAULT_CHECKPOINT, DEFAULT_PARAMS
 from pipeline.cli import main as translate_main
 from pipeline.config import DecodeConfig, ModelConfig, TokenizerConfig
-from pipeline.errors import CheckpointError
+from pipeline.errors import CheckpointError, ConfigError
 from pipeline.model import Transformer
 from pipeline.robustness import longest_run, pass_rate, read_table, uppercase_bleu
 from pipeline.textproc import protect_pair
@@ -139,3 +139,18 @@ def test_one_loader_checks_special_ids(files, tmp_path) -> None:
     checkpoint.save(tmp_path / "bad.pt", state | {"eos_id": 7})
     with pytest.raises(CheckpointError, match="special ids"):
         load_translator(tmp_path / "bad.pt", files["spm"])
+
+
+def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_path) -> None:
+    """`--engine ctranslate2` goes through the same processing; greedy decoding is identical."""
+    from pipeline.export import export_ctranslate2
+
+    export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2")
+    lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]
+    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), "--beam-size", "1"]
+    translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
+                    "float32", *lines])  # fmt: skip
+    out = capsys.readouterr().out.split("\n")[:-1]
+    assert out == translate_lines(loaded, lines, CFG.model_copy(update={"beam_size": 1}))
+    with pytest.raises(ConfigError, match="--n-best and --attention need --engine ours"):
+        translate_main([*argv, "--engine", "ctranslate2", "--n-best", "1", "x"])

@@ -1,0 +1,66 @@
+"""CTranslate2 export check on the trained model: same translations and BLEU as our beam search?
+
+    python -m bench.ct2_check [--split test_2016_flickr] [--out models/ct2]
+
+Exports `models/transformer/model.pt` (`pipeline.export`), translates the split's English with our
+beam search and with CTranslate2 in fp32 and int8 (same beam size, length penalty and length
+limit, from params.yaml `decode`), and prints for each engine: sentences/s, cased sacreBLEU, and
+the share of lines identical to ours. Merges the figures into `reports/bench.json` under `ct2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import datasets
+import torch
+
+from pipeline.config import load_params
+from pipeline.data import load_corpus
+from pipeline.export import ct2_translate, export_ctranslate2, load_translator
+from pipeline.metrics import score
+from pipeline.search import translate
+from pipeline.translator import load_translator as load_ours
+
+
+def timed(fn) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--out", type=Path, default=Path("models/ct2"))
+    args = p.parse_args()
+    datasets.disable_progress_bars()
+    params = load_params()
+    cfg, threads = params.decode, torch.get_num_threads()
+    loaded = load_ours(Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model")
+    export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
+    split = load_corpus(params.download.out_dir)[args.split]
+    en, refs = list(split["en"]), list(split["de"])
+    ours, seconds = timed(lambda: translate(loaded.model, loaded.tokenizer, en, cfg))
+    rows = {"ours": (ours, seconds)}
+    for compute_type in ("float32", "int8"):
+        engine = load_translator(args.out, compute_type, threads)
+        rows[f"ct2_{compute_type}"] = timed(lambda e=engine: ct2_translate(e, loaded.tokenizer, en, cfg))
+    figures = {}
+    for name, (hyps, secs) in rows.items():
+        same = sum(h == o for h, o in zip(hyps, ours, strict=True)) / len(ours)
+        figures[name] = {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2),
+                         "same_as_ours": round(same, 4)}  # fmt: skip
+        print(f"{name:12s} {figures[name]}")
+    path = Path("reports/bench.json")
+    bench = json.loads(path.read_text()) if path.is_file() else {}
+    bench["ct2"] = {"split": args.split, "beam_size": cfg.beam_size, "length_penalty": cfg.length_penalty,
+                    "threads": threads, **figures}  # fmt: skip
+    path.write_text(json.dumps(bench, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
