@@ -184,7 +184,7 @@ def resolve(text: str, params: dict) -> str:
             node = node[key]
         return str(node)
 
-    return re.sub(r"\$\{([^}]+)\}", value, text)
+    return re.sub(r"\$\{(\w+(?:\.\w+)*)\}", value, text)
 
 
 def entries(items: list) -> list[str]:

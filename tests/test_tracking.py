@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.gpu_check import resolve  # dvc.yaml `${a.b}` templating, shared with the GPU check
 from pipeline import tracking
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,18 +57,6 @@ def test_run_id_file_round_trip(tmp_path):
 
 
 # ---------------------------------------------------------------- the flow's stage order
-
-
-def resolve(text: str, params: dict) -> str:
-    """Substitute `${a.b}` from params (as dvc.yaml's templating does)."""
-
-    def value(match: re.Match) -> str:
-        node = params
-        for key in match.group(1).split("."):
-            node = node[key]
-        return str(node)
-
-    return re.sub(r"\$\{(\w+(?:\.\w+)*)\}", value, text)
 
 
 def test_flow_stage_order_is_a_topological_order_of_the_dag():
