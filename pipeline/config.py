@@ -112,7 +112,7 @@ class WarmupTrainConfig(Section):
 
     out_dir: str = "models/warmup"  # checkpoints
     log_csv: str = "reports/warmup_log.csv"
-    metrics_json: str = "reports/warmup.json"  # numbers: test_exact_match, steps, minutes
+    metrics_json: str = "reports/warmup.json"  # numbers: exact_match (test split), steps, minutes
     facts_json: str = "reports/warmup_facts.json"  # the gate's threshold, the final-model choice
     threshold: float = Field(default=0.99, ge=0.0, le=1.0)
     model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)

@@ -78,7 +78,7 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, float | str]:
 
 
 def split_scores(hyps: list[str], refs: list[str]) -> tuple[dict[str, float], dict[str, str]]:
-    """One split's numbers `{bleu, chrf, bleu_lc_tok}` (for `reports/metrics.json`) and their
+    """One split's numbers `{bleu, chrf, bleu_lc_tok}` (for `reports/<split>.json`) and their
     signatures `{bleu, chrf, bleu_lc_tok}` (for the run-facts file).
 
     Raises:

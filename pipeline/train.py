@@ -306,7 +306,7 @@ def finish(model: Transformer, progress: Progress, validate: Validation, cfg: Tr
     checkpoint.save(run.out_dir / "model.pt", state)
     run.tracker.log_artifact(run.out_dir / "model.pt", "model")
     metrics = summary(progress) | {
-        "final_val_bleu": choice["candidates"][choice["source"]],
+        "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names

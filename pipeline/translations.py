@@ -30,8 +30,8 @@ def scores_path(scores_dir: Path, split: str) -> Path:
 
 
 def write_scores(scores_dir: Path, scores: dict[str, dict[str, float]]) -> None:
-    """Write `{split: {name: value}}` as one JSON file per split, values rounded to 1 decimal (as
-    published tables; it also keeps `dvc metrics show` within 160 columns)."""
+    """Write `{split: {name: value}}` as one JSON file per split, values rounded to 1 decimal, as
+    published tables give them."""
     for split, values in scores.items():
         write_json(scores_path(scores_dir, split), {k: round(v, 1) for k, v in values.items()})
 

@@ -1,7 +1,7 @@
 """DVC stage `warmup_train`: our Transformer on number-to-words, gated on test exact match.
 
 Usage: `python -m stages.warmup_train` (paths: `warmup_train.*` in params.yaml). Writes the
-checkpoints, the per-validation log, the metrics (`metrics_json`: test_exact_match, steps,
+checkpoints, the per-validation log, the metrics (`metrics_json`: exact_match, steps,
 minutes) and the facts (`facts_json`: threshold, final-model choice); exits 1 when the test exact
 match is below `warmup_train.threshold`.
 """
@@ -36,15 +36,15 @@ def main() -> None:
     model = new_model(cfg.model, vocab.vocab_size, vocab.pad_id, cfg.optim.seed)
     progress = train(model, pairs, val, cfg.optim, run)
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
-    test_exact_match = test.score(checkpoint.build_model(state))
+    exact_match = test.score(checkpoint.build_model(state))
     s = summary(progress)
     write_json(
-        cfg.metrics_json, {"test_exact_match": test_exact_match, "steps": s["steps"], "minutes": s["minutes"]}
+        cfg.metrics_json, {"exact_match": exact_match, "steps": s["steps"], "minutes": s["minutes"]}
     )
     write_json(cfg.facts_json, {"threshold": cfg.threshold, "final_model": choice})
-    print(f"warmup_train: test exact match {test_exact_match:.4f} (threshold {cfg.threshold})")
-    if test_exact_match < cfg.threshold:
-        raise PipelineError(f"warmup gate failed: test exact match {test_exact_match:.4f} < {cfg.threshold}")
+    print(f"warmup_train: test exact match {exact_match:.4f} (threshold {cfg.threshold})")
+    if exact_match < cfg.threshold:
+        raise PipelineError(f"warmup gate failed: test exact match {exact_match:.4f} < {cfg.threshold}")
 
 
 if __name__ == "__main__":

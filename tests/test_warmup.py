@@ -143,7 +143,7 @@ def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) 
     warmup_data.main()
     warmup_train.main()
     metrics = json.loads((tmp_path / "reports" / "warmup.json").read_text())
-    assert set(metrics) == {"test_exact_match", "steps", "minutes"} and metrics["steps"] == 4
+    assert set(metrics) == {"exact_match", "steps", "minutes"} and metrics["steps"] == 4
     assert all(isinstance(v, int | float) for v in metrics.values())
     facts = json.loads((tmp_path / "reports" / "warmup_facts.json").read_text())
     assert facts["threshold"] == 0.0 and facts["final_model"]["source"] in facts["final_model"]["candidates"]
