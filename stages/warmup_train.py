@@ -38,9 +38,7 @@ def main() -> None:
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
     exact_match = test.score(checkpoint.build_model(state))
     s = summary(progress)
-    write_json(
-        cfg.metrics_json, {"exact_match": exact_match, "steps": s["steps"], "minutes": s["minutes"]}
-    )
+    write_json(cfg.metrics_json, {"exact_match": exact_match, "steps": s["steps"], "minutes": s["minutes"]})
     write_json(cfg.facts_json, {"threshold": cfg.threshold, "final_model": choice})
     print(f"warmup_train: test exact match {exact_match:.4f} (threshold {cfg.threshold})")
     if exact_match < cfg.threshold:

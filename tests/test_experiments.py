@@ -12,7 +12,11 @@ def record(name: str, minutes: float, dropout: float, val_bleu: float) -> dict:
         "reports/train_summary.json": {"data": {"steps": 100, "epochs": 1, "minutes": minutes}},
         "reports/val.json": {"data": {"bleu": val_bleu, "bleu_lc_tok": val_bleu + 0.3}},
     }
-    return {"rev": name, "name": name, "data": {"params": {"params.yaml": {"data": params}}, "metrics": metrics}}
+    return {
+        "rev": name,
+        "name": name,
+        "data": {"params": {"params.yaml": {"data": params}}, "metrics": metrics},
+    }
 
 
 def show(*exps: dict) -> list[dict]:
@@ -30,7 +34,13 @@ def test_rows_list_changed_params_and_metrics():
 
 
 def test_the_best_run_is_chosen_within_each_budget_only():
-    table = rows(show(record("short-a", 12, 0.1, 22.0), record("short-b", 12, 0.3, 20.0), record("long-b", 70, 0.3, 37.0)))
+    table = rows(
+        show(
+            record("short-a", 12, 0.1, 22.0),
+            record("short-b", 12, 0.3, 20.0),
+            record("long-b", 70, 0.3, 37.0),
+        )
+    )
     lines = {line.split(" | ")[0].strip("| "): line for line in markdown(table).splitlines()[2:]}
     chosen = {name for name, line in lines.items() if "**yes**" in line}
     assert chosen == {"baseline abc1234", "short-a"}  # 22.0 beats 20.0 at 12 min; 38.0 beats 37.0 at 70

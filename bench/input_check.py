@@ -1,0 +1,91 @@
+"""Issue-18 check on the trained model: files at batch speed, and what the input processing costs.
+
+    python -m bench.input_check [--split test_2016_flickr]
+
+Translates the split's English three ways in one run: (1) the decode stage's path
+(`pipeline.translator.translate_lines`: sentence splitting, protected spans, casing, one batched
+beam search), (2) the bare batched beam search (`pipeline.search.translate`, no processing), and
+(3) `mt-translate` reading the file from stdin in a subprocess started from another directory
+(start-up and model loading included). Prints sentences/s of each, the ratio mt-translate / decode
+stage, cased sacreBLEU of (1) and (2), and whether (3)'s lines equal (1)'s. Merges the figures
+into `reports/bench.json` under `input`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import datasets
+
+from pipeline.config import load_params
+from pipeline.data import load_corpus
+from pipeline.metrics import score
+from pipeline.search import translate
+from pipeline.translator import load_translator, translate_lines
+
+
+def timed(fn) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def mt_translate(lines: list[str]) -> list[str]:
+    """`mt-translate < file` run from a scratch directory: one output line per input line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "in.en"
+        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with src.open() as stdin:
+            out = subprocess.run(
+                [shutil.which("mt-translate")],
+                stdin=stdin,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+    return out.stdout.splitlines()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", default="test_2016_flickr")
+    args = p.parse_args()
+    datasets.disable_progress_bars()
+    params = load_params()
+    cfg = params.decode
+    loaded = load_translator(
+        Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model"
+    )
+    split = load_corpus(params.download.out_dir)[args.split]
+    en, refs = list(split["en"]), list(split["de"])
+    rows = {
+        "decode_stage": timed(lambda: translate_lines(loaded, en, cfg, "cpu", False, params.train.max_len)),
+        "bare_beam": timed(lambda: translate(loaded.model, loaded.tokenizer, en, cfg)),
+        "mt_translate_file": timed(lambda: mt_translate(en)),
+    }
+    figures = {name: {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2)}
+               for name, (hyps, secs) in rows.items()}  # fmt: skip
+    figures["mt_translate_vs_decode_stage"] = round(
+        figures["mt_translate_file"]["sent_s"] / figures["decode_stage"]["sent_s"], 3
+    )
+    figures["processing_bleu_change"] = round(
+        figures["decode_stage"]["bleu"] - figures["bare_beam"]["bleu"], 2
+    )
+    figures["mt_translate_same_lines"] = rows["mt_translate_file"][0] == rows["decode_stage"][0]
+    for name, value in figures.items():
+        print(f"{name:30s} {value}")
+    path = Path("reports/bench.json")
+    bench = json.loads(path.read_text()) if path.is_file() else {}
+    bench["input"] = {"split": args.split, "sentences": len(en), "beam_size": cfg.beam_size, **figures}
+    path.write_text(json.dumps(bench, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
