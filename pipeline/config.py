@@ -32,6 +32,7 @@ class DownloadConfig(Section):
     mirror: str | None = None  # env MULTI30K_MIRROR wins over this
     max_train_pairs: int | None = Field(default=None, gt=0)  # smoke runs: first N pairs
     max_eval_pairs: int | None = Field(default=None, gt=0)
+    tgt_lang: Literal["de", "fr", "cs"] = "de"  # target language (cs has no test_2017_flickr)
 
 
 class TokenizerConfig(Section):
@@ -150,6 +151,7 @@ class TrainConfig(Section):
     model: ModelConfig = ModelConfig(dropout=0.1)
     optim: OptimConfig = OptimConfig(peak_lr=2e-3)
     dist: DistConfig = DistConfig()
+    init_from: Literal["champion"] | None = None  # None: from scratch; the registered champion's weights
 
 
 class MlflowConfig(Section):

@@ -1,4 +1,4 @@
-"""Multi30k Task 1 (EN/DE): fetch the checksum-pinned raw files, validate them, store a DatasetDict.
+"""Multi30k Task 1 (English to German, French or Czech): fetch the checksum-pinned raw files, validate them, store a DatasetDict.
 
 Sources are tried in order, each either a local folder or a base URL holding `<split>.<lang>.gz`;
 URLs go through pooch (hash check, retries). Every file is checked against its pinned SHA-256
@@ -26,7 +26,9 @@ CANONICAL_BASE_URL = (
     "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
 )
 MIRROR_ENV = "MULTI30K_MIRROR"
-LANGS = ("en", "de")
+SRC_LANG = "en"
+TGT_LANGS = ("de", "fr", "cs")  # `download.tgt_lang`
+LANG_NAMES = {"de": "German", "fr": "French", "cs": "Czech"}
 EXPECTED_COUNTS: dict[str, int] = {  # sentence pairs per split
     "train": 29_000,
     "val": 1_014,
@@ -35,6 +37,7 @@ EXPECTED_COUNTS: dict[str, int] = {  # sentence pairs per split
 }
 SPLITS = tuple(EXPECTED_COUNTS)
 TRAIN_SPLIT = "train"
+MISSING_SPLITS = {"cs": ("test_2017_flickr",)}  # never published with Czech references
 SHA256: dict[str, str] = {  # the files at CANONICAL_BASE_URL's commit
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
@@ -44,8 +47,27 @@ SHA256: dict[str, str] = {  # the files at CANONICAL_BASE_URL's commit
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
     "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2017_flickr.fr.gz": "3ba671ceb2299f3304ffafefea7a833d08632fbaf0ba18546f8a2ec2391af496",
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
 }
 URL_RETRIES = 3
+
+
+def split_counts(tgt_lang: str = "de") -> dict[str, int]:
+    """Expected pairs of the splits Multi30k has for EN→`tgt_lang` (Czech lacks test_2017_flickr)."""
+    missing = MISSING_SPLITS.get(tgt_lang, ())
+    return {split: n for split, n in EXPECTED_COUNTS.items() if split not in missing}
+
+
+def corpus_files(tgt_lang: str = "de") -> dict[str, str]:
+    """File name → pinned SHA-256 of every raw file the EN→`tgt_lang` corpus is built from."""
+    return {file_name(s, lang): SHA256[file_name(s, lang)] for s in split_counts(tgt_lang)
+            for lang in (SRC_LANG, tgt_lang)}  # fmt: skip
 
 
 def file_name(split: str, lang: str) -> str:
@@ -132,17 +154,19 @@ def read_lines(path: Path) -> list[str]:
     return lines
 
 
-def read_split(raw_dir: Path, split: str, expected: int) -> dict[str, list[str]]:
-    """Read both sides of a split and check each has `expected` lines.
+def read_split(raw_dir: Path, split: str, expected: int, tgt_lang: str = "de") -> dict[str, list[str]]:
+    """Read both sides of a split (`en`, `tgt_lang`) and check each has `expected` lines.
 
     Raises:
-        DataError: a file is unreadable (see `read_lines`), or EN/DE line counts differ from each other
-            or from `expected`.
+        DataError: a file is unreadable (see `read_lines`), or the two sides' line counts differ
+            from each other or from `expected`.
     """
-    sides = {lang: read_lines(raw_dir / file_name(split, lang)) for lang in LANGS}
-    n_en, n_de = (len(sides[lang]) for lang in LANGS)
-    if n_en != n_de:
-        raise DataError(f"{file_name(split, 'de')}: {n_de} lines but {file_name(split, 'en')} has {n_en}")
+    sides = {lang: read_lines(raw_dir / file_name(split, lang)) for lang in (SRC_LANG, tgt_lang)}
+    n_en, n_tgt = len(sides[SRC_LANG]), len(sides[tgt_lang])
+    if n_en != n_tgt:
+        raise DataError(
+            f"{file_name(split, tgt_lang)}: {n_tgt} lines but {file_name(split, 'en')} has {n_en}"
+        )
     if n_en != expected:
         raise DataError(f"{file_name(split, 'en')}: {n_en} lines, expected {expected}")
     return sides
@@ -156,13 +180,15 @@ def build_corpus(
     out_dir: str | Path,
     sources: Sequence[str],
     sha256: Mapping[str, str] = SHA256,
-    counts: Mapping[str, int] = EXPECTED_COUNTS,
+    counts: Mapping[str, int] | None = None,
     max_train_pairs: int | None = None,
     max_eval_pairs: int | None = None,
+    tgt_lang: str = "de",
 ) -> DatasetDict:
-    """Fetch, validate and store the corpus as a DatasetDict (columns `en`, `de`) at `out_dir`.
+    """Fetch, validate and store the corpus as a DatasetDict (columns `en` and `tgt_lang`) at `out_dir`.
 
-    `counts` maps split → expected pairs and `sha256` maps file name → pinned sum. After all
+    `counts` maps split → expected pairs (default: `split_counts(tgt_lang)`, the splits Multi30k
+    has for that language) and `sha256` maps file name → pinned sum. After all
     checks pass, train keeps its first `max_train_pairs` pairs and every other split its first
     `max_eval_pairs` (None = all). The raw files are fetched into a temp folder beside `out_dir`
     and deleted afterwards.
@@ -172,13 +198,14 @@ def build_corpus(
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    counts = split_counts(tgt_lang) if counts is None else counts
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.raw.") as raw:
         raw_dir = Path(raw)
         for split in counts:
-            for lang in LANGS:
+            for lang in (SRC_LANG, tgt_lang):
                 name = file_name(split, lang)
                 fetch_file(name, sha256[name], sources, raw_dir)
-        splits = {split: read_split(raw_dir, split, n) for split, n in counts.items()}
+        splits = {split: read_split(raw_dir, split, n, tgt_lang) for split, n in counts.items()}
     corpus = DatasetDict(
         {
             split: Dataset.from_dict(
@@ -189,6 +216,13 @@ def build_corpus(
     )
     save_dataset_dict(corpus, out_dir)
     return corpus
+
+
+def skipped_splits(tgt_lang: str) -> list[str]:
+    """One message per evaluation split Multi30k lacks for `tgt_lang` (printed by every stage that
+    skips it); [] for German and French."""
+    return [f"{split}: skipped, Multi30k has no {LANG_NAMES[tgt_lang]} references for it"
+            for split in MISSING_SPLITS.get(tgt_lang, ())]  # fmt: skip
 
 
 def save_dataset_dict(dataset: DatasetDict, out_dir: str | Path) -> None:
@@ -206,8 +240,8 @@ def save_dataset_dict(dataset: DatasetDict, out_dir: str | Path) -> None:
 
 
 def load_corpus(path: str | Path) -> DatasetDict:
-    """Load a DatasetDict saved by `save_dataset_dict`: the corpus (splits `SPLITS`, columns `en`,
-    `de`) or the warm-up data.
+    """Load a DatasetDict saved by `save_dataset_dict`: the corpus (the splits of `split_counts`,
+    columns `en` and the target language) or the warm-up data.
 
     Raises:
         DataError: `path` does not hold a saved DatasetDict (run the stage that writes it).

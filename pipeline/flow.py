@@ -121,8 +121,9 @@ def promote_champion(repo: str) -> str:
     from pipeline.data import load_corpus
     from pipeline.promotion import promote
 
-    refs = list(load_corpus(Path(repo) / params.download.out_dir)["val"]["de"])
-    decision = promote(params.mlflow.model_name, refs, params.promotion)
+    tgt = params.download.tgt_lang
+    refs = list(load_corpus(Path(repo) / params.download.out_dir)["val"][tgt])
+    decision = promote(params.mlflow.model_name, refs, params.promotion, tgt)
     get_run_logger().info(decision.message)
     return decision.message
 

@@ -1,18 +1,19 @@
 """New parallel data dropped into `data/incoming/`, validated, filtered and merged with Multi30k train.
 
-An incoming file is `*.tsv`: UTF-8, one pair per line, `en<TAB>de` (a leading byte-order mark and
+An incoming file is `*.tsv`: UTF-8, one pair per line, `en<TAB><tgt>` with `<tgt>` the target
+language (`download.tgt_lang`; German by default) (a leading byte-order mark and
 `\\r\\n` line ends are accepted). Each line must have exactly two fields, neither empty nor holding a
 control character; one bad line rejects the whole run (`DataError` naming the file and line), so
 nothing of a bad file is ever used. Files are read in name order.
 
 Filtering, in order, per pair: a pair whose English side matches an English sentence of val or any
-test split, or whose German side matches a German one, is dropped (no test leakage; matching
+test split, or whose target side matches a target one, is dropped (no test leakage; matching
 ignores case and runs of whitespace); then a pair equal (same key) to a Multi30k train pair or to an
 earlier incoming pair is dropped. The merged set is the Multi30k train split, untouched and in
 order, followed by the pairs kept: with no incoming files it is exactly the train split, and the
 output is byte-for-byte deterministic, so DVC sees the same hash and reruns nothing downstream.
 
-The merged set is written as JSON Lines (`{"en": ..., "de": ...}` per line; JSON, not TSV, because
+The merged set is written as JSON Lines (`{"en": ..., "<tgt>": ...}` per line; JSON, not TSV, because
 one Multi30k train sentence holds a tab); `read_merged` loads it.
 """
 
@@ -29,7 +30,7 @@ from pipeline.io import write_text
 from pipeline.textproc import protect_pair
 
 PATTERN = "*.tsv"
-Pair = tuple[str, str]  # (en, de)
+Pair = tuple[str, str]  # (en, target)
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ def _control_char(text: str) -> str | None:
     return next((c for c in text if unicodedata.category(c) == "Cc"), None)
 
 
-def parse_line(raw: bytes, where: str) -> Pair:
-    """One `en<TAB>de` line (without its `\\n`) as a pair of stripped strings.
+def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
+    """One `en<TAB><tgt>` line (without its `\\n`) as a pair of stripped strings.
 
     Raises:
         DataError: not UTF-8, not exactly two tab-separated fields, an empty field, or a control
@@ -72,9 +73,9 @@ def parse_line(raw: bytes, where: str) -> Pair:
         raise DataError(f"{where}: empty line")
     fields = line.split("\t")
     if len(fields) != 2:
-        raise DataError(f"{where}: expected 2 tab-separated fields (en, de), got {len(fields)}")
+        raise DataError(f"{where}: expected 2 tab-separated fields (en, {tgt}), got {len(fields)}")
     en, de = (field.strip() for field in fields)
-    for name, text in (("en", en), ("de", de)):
+    for name, text in (("en", en), (tgt, de)):
         if not text:
             raise DataError(f"{where}: empty {name} field")
         bad = _control_char(text)
@@ -83,7 +84,7 @@ def parse_line(raw: bytes, where: str) -> Pair:
     return en, de
 
 
-def read_incoming(path: str | Path) -> list[Pair]:
+def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
     """Every pair of one incoming file, validated (see `parse_line`).
 
     Raises:
@@ -97,7 +98,7 @@ def read_incoming(path: str | Path) -> list[Pair]:
     chunks = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
     if chunks[-1] == b"":
         chunks.pop()  # the final newline ends the last line
-    return [parse_line(chunk, f"{path}: line {n}") for n, chunk in enumerate(chunks, start=1)]
+    return [parse_line(chunk, f"{path}: line {n}", tgt) for n, chunk in enumerate(chunks, start=1)]
 
 
 def key(text: str) -> str:
@@ -133,31 +134,31 @@ def merge(
 
 
 def merge_folder(
-    folder: str | Path, train: Sequence[Pair], held_out: Iterable[Pair]
+    folder: str | Path, train: Sequence[Pair], held_out: Iterable[Pair], tgt: str = "de"
 ) -> tuple[list[Pair], MergeCounts]:
-    """Validate every incoming file of `folder` (all before any is used), then `merge`.
+    """Validate every incoming file of `folder` (`en<TAB><tgt>`; all before any is used), then `merge`.
 
     Raises:
         DataError: a file is invalid (see `read_incoming`).
     """
     files = incoming_files(folder)
-    pairs = [pair for path in files for pair in read_incoming(path)]
+    pairs = [pair for path in files for pair in read_incoming(path, tgt)]
     merged, counts = merge(train, pairs, held_out)
     return merged, MergeCounts(files=len(files), **counts)
 
 
-def write_merged(path: str | Path, pairs: Iterable[Pair]) -> None:
-    """Atomically write pairs as JSON Lines `{"en": ..., "de": ...}` (deterministic bytes)."""
-    lines = (json.dumps({"en": en, "de": de}, ensure_ascii=False) + "\n" for en, de in pairs)
+def write_merged(path: str | Path, pairs: Iterable[Pair], tgt: str = "de") -> None:
+    """Atomically write pairs as JSON Lines `{"en": ..., tgt: ...}` (deterministic bytes)."""
+    lines = (json.dumps({"en": en, tgt: de}, ensure_ascii=False) + "\n" for en, de in pairs)
     write_text(path, "".join(lines))
 
 
-def read_merged(path: str | Path) -> tuple[list[str], list[str]]:
-    """The (English, German) sentence lists of a merged training set written by `write_merged`.
+def read_merged(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
+    """The (English, target) sentence lists of a merged training set written by `write_merged`.
 
     Raises:
         DataError: the file is missing (run the `incoming` stage) or a line is not a JSON object with
-            string fields `en` and `de`.
+            string fields `en` and `tgt`.
     """
     path = Path(path)
     if not path.is_file():
@@ -168,18 +169,18 @@ def read_merged(path: str | Path) -> tuple[list[str], list[str]]:
         try:
             row = json.loads(line)
             en.append(str(row["en"]))
-            de.append(str(row["de"]))
+            de.append(str(row[tgt]))
         except (ValueError, KeyError, TypeError):
-            raise DataError(f"{path}: line {number}: not a JSON object with fields en, de") from None
+            raise DataError(f"{path}: line {number}: not a JSON object with fields en, {tgt}") from None
     return en, de
 
 
-def read_training_set(path: str | Path) -> tuple[list[str], list[str]]:
+def read_training_set(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
     """The merged training set with numbers protected by placeholders on both sides
     (`pipeline.textproc.protect_pair`), so the model learns to copy them.
 
     Raises:
         DataError: see `read_merged`.
     """
-    pairs = [protect_pair(en, de) for en, de in zip(*read_merged(path), strict=True)]
+    pairs = [protect_pair(en, de) for en, de in zip(*read_merged(path, tgt), strict=True)]
     return [en for en, _ in pairs], [de for _, de in pairs]

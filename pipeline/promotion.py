@@ -24,7 +24,7 @@ from pipeline import tracking
 from pipeline.config import PromotionConfig
 from pipeline.errors import PipelineError
 
-TRANSLATIONS = "reports/translations/{split}.hyp.de"  # the artifact stages/decode.py logs
+TRANSLATIONS = "reports/translations/{split}.hyp.{lang}"  # the artifact stages/decode.py logs
 REPLACED_TAG = "promotion.replaced"
 ROLLED_BACK_TAG = "rollback.replaced_by"
 DEFAULTS = PromotionConfig()
@@ -62,7 +62,7 @@ def paired_bootstrap(
     return Comparison(champion.score, candidate.score, float(candidate.p_value))
 
 
-def run_translations(run_id: str, split: str = "val") -> list[str]:
+def run_translations(run_id: str, split: str = "val", lang: str = "de") -> list[str]:
     """The translations `decode` logged to MLflow run `run_id` (one line per source sentence).
 
     Raises:
@@ -70,7 +70,7 @@ def run_translations(run_id: str, split: str = "val") -> list[str]:
     """
     import mlflow
 
-    artifact = TRANSLATIONS.format(split=split)
+    artifact = TRANSLATIONS.format(split=split, lang=lang)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = mlflow.artifacts.download_artifacts(
@@ -99,10 +99,9 @@ def _tag(model_name: str, version: str, tags: dict[str, str]) -> None:
         client.set_model_version_tag(model_name, version, key, value)
 
 
-def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig) -> Decision:
-    cmp = paired_bootstrap(
-        refs, run_translations(champion.run_id), run_translations(candidate.run_id), cfg.n_samples
-    )
+def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig, lang: str) -> Decision:
+    hyps = [run_translations(version.run_id, "val", lang) for version in (champion, candidate)]
+    cmp = paired_bootstrap(refs, *hyps, cfg.n_samples)
     scores = f"v{candidate.version} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion.version} " \
              f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"  # fmt: skip
     if cmp.candidate_wins(cfg.p_threshold):
@@ -111,9 +110,9 @@ def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig
     return Decision(False, f"kept champion v{champion.version} ({scores}: {why})", cmp)
 
 
-def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS) -> Decision:
+def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, lang: str = "de") -> Decision:
     """Move `champion` to the `candidate` version when it is significantly better on val (`refs`:
-    the val references), or when there is no champion yet. Tags the candidate with the outcome.
+    the val references, in `lang`), or when there is no champion yet. Tags the candidate with the outcome.
 
     Raises:
         PipelineError: no candidate, or its or the champion's run lacks the val translations.
@@ -135,7 +134,7 @@ def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS) -
     if champion is None:
         decision = Decision(True, f"promoted: v{candidate.version} is the first champion")
     else:
-        decision = _compare_versions(champion, candidate, refs, cfg)
+        decision = _compare_versions(champion, candidate, refs, cfg, lang)
     tags = {"promotion.decision": "promoted" if decision.promoted else "kept", "promotion.time": _now()}
     if decision.comparison is not None:
         cmp = decision.comparison

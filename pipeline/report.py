@@ -30,7 +30,7 @@ from pipeline import robustness  # noqa: E402
 from pipeline import translations as tr  # noqa: E402
 from pipeline.attention_maps import AttentionMap, attention_map  # noqa: E402
 from pipeline.config import DecodeConfig, Params  # noqa: E402
-from pipeline.data import load_corpus  # noqa: E402
+from pipeline.data import LANG_NAMES, load_corpus  # noqa: E402
 from pipeline.errors import DataError  # noqa: E402
 from pipeline.io import atomic_path, write_text  # noqa: E402
 from pipeline.metrics import score, sentence_chrf  # noqa: E402
@@ -105,7 +105,8 @@ class ReportInputs:
     `robustness`: the robustness table's result and the upper-case BLEU pair (normal source,
     upper-cased source), or None; `time_machine_en` (as translated) / `time_machine_seed`:
     the seed's sentences and its German; `bucket_*`: one split's English, our German and the
-    references; `links`: name -> file shown in the page's file list (only existing ones are linked).
+    references; `links`: name -> file shown in the page's file list (only existing ones are linked);
+    `tgt_lang`: the target language (the seed comparison and the time machine are German-only).
     """
 
     metrics: dict
@@ -122,6 +123,7 @@ class ReportInputs:
     git_commit: str = "unknown"
     mlflow_run_id: str | None = None
     links: dict[str, Path] = field(default_factory=dict)
+    tgt_lang: str = "de"
 
 
 BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
@@ -134,8 +136,9 @@ def load_inputs(
     and `params`; runs the robustness table and the upper-cased `BUCKET_SPLIT` through `loaded`.
     The train summary and train facts are merged (either may hold a key), over the params'
     `model`/`optim` config."""
-    test = load_corpus(params.download.out_dir)[BUCKET_SPLIT]
-    hyps = tr.read_lines(tr.translation_path(files["translations"], BUCKET_SPLIT))
+    tgt, corpus = params.download.tgt_lang, load_corpus(params.download.out_dir)
+    test, splits = corpus[BUCKET_SPLIT], [s for s in tr.EVAL_SPLITS if s in corpus]
+    hyps = tr.read_lines(tr.translation_path(files["translations"], BUCKET_SPLIT, tgt))
     table = robustness.read_table(files["robustness"])
     config = {"model": params.train.model.model_dump(), "optim": params.train.optim.model_dump()}
     en, seed_de = tr.read_time_machine(files["time_machine"])
@@ -147,19 +150,20 @@ def load_inputs(
         summary={**config, **read_json(files["train_summary"]), **read_json_optional(files["train_facts"])},
         robustness=(
             robustness.pass_rate(loaded, table, cfg, device, params.train.max_len),
-            robustness.uppercase_bleu(loaded, test["en"], test["de"], hyps, cfg, device),
+            robustness.uppercase_bleu(loaded, test["en"], test[tgt], hyps, cfg, device),
         ),
         time_machine_en=en,
         time_machine_seed=seed_de,
         bucket_split=BUCKET_SPLIT,
         bucket_en=test["en"],
         bucket_hyps=hyps,
-        bucket_refs=test["de"],
+        bucket_refs=test[tgt],
         git_commit=git_commit(),
         mlflow_run_id=read_run_id(files["mlflow_run_id"]),
-        links={s: tr.scores_path(files["scores"], s) for s in tr.EVAL_SPLITS}
+        links={s: tr.scores_path(files["scores"], s) for s in splits}
         | {k: files[k] for k in ("score_facts", "train_log", "train_summary", "train_facts")}
-        | {f"{s} translations": tr.translation_path(files["translations"], s) for s in tr.EVAL_SPLITS},
+        | {f"{s} translations": tr.translation_path(files["translations"], s, tgt) for s in splits},
+        tgt_lang=tgt,
     )
 
 
@@ -458,22 +462,23 @@ def render_markdown(
     attention: list[tuple[str, Path]],
 ) -> str:
     """The report page; every path is linked relative to `report_dir` (the page's folder)."""
-    base = Path(report_dir)
+    base, german = Path(report_dir), inputs.tgt_lang == "de"
+    not_german = ["The seed's claim and its time-machine outputs are German: not compared in this run.", ""]
     lines = [
-        "# Results: English→German Transformer on Multi30k",
+        f"# Results: English→{LANG_NAMES[inputs.tgt_lang]} Transformer on Multi30k",
         "",
         "Written by the `report` stage (`pipeline/report.py`) from this run's outputs; do not edit by hand.",
         "",
         *_scores_section(inputs.metrics, inputs.signatures, decode),
         *(_robustness_section(inputs.robustness) if inputs.robustness else []),
-        *_seed_section(inputs.metrics, inputs.summary, decode),
+        *(_seed_section(inputs.metrics, inputs.summary, decode) if german else not_german),
         "## Training curves",
         "",
         "From the training log (one point per validation; val BLEU there is greedy, on detokenised text).",
         "",
         *[line for name, path in curves.items() for line in (_link(path, base, name, image=True), "")],
         *_buckets_section(buckets, inputs.bucket_split, _link(bucket_chart, base, "BLEU by length", True)),
-        *_time_machine_section(tm_rows),
+        *(_time_machine_section(tm_rows) if german else []),
         "## Cross-attention (last decoder layer, every head)",
         "",
         "Rows: the target piece each decoder position predicts (our translation, teacher-forced);",
@@ -513,7 +518,8 @@ def build_report(
     bucket_chart = plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
     model, tok = loaded.model, loaded.tokenizer
     ours = translate_lines(loaded, inputs.time_machine_en, decode, device)
-    tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed)
+    german = inputs.tgt_lang == "de"  # the seed's outputs are German
+    tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed) if german else []
     attention = []
     for i in (i for i in ATTENTION_SENTENCES if i < len(ours)):
         amap = attention_map(model, tok, inputs.time_machine_en[i], ours[i])

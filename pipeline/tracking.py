@@ -155,7 +155,7 @@ def start_train_run(params: Params, out_dir: Path, fingerprint: str, device: obj
     every param (flattened) and tags (git commit, device, torch, the corpus checksums)."""
     from mlflow.exceptions import MlflowException
 
-    from pipeline.data import SHA256
+    from pipeline.data import corpus_files
 
     c, exp_id, info = client(), experiment_id(params.mlflow.experiment), Path(out_dir) / RUN_INFO
     try:
@@ -173,7 +173,7 @@ def start_train_run(params: Params, out_dir: Path, fingerprint: str, device: obj
         except MlflowException:
             pass  # deleted, or another database: start afresh
     tags = {"git_commit": git_commit(), "stage": "train", "device": str(device), "torch": _torch_version()}
-    tags |= {f"data.sha256.{name}": sha for name, sha in sorted(SHA256.items())}
+    tags |= {f"data.sha256.{n}": sha for n, sha in sorted(corpus_files(params.download.tgt_lang).items())}
     run = c.create_run(exp_id, tags=tags)
     tracker = MlflowTracker(run.info.run_id)
     tracker.log_params(flatten(params.model_dump()))

@@ -65,6 +65,7 @@ class RunContext:
     tracker: Tracker = field(default_factory=NullTracker)
     device: torch.device = torch.device("cpu")
     bf16: bool = False
+    init_from: dict | None = None  # the champion a warm start began from (`pipeline.warm_start`)
 
 
 @dataclass
@@ -266,8 +267,11 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
     """What the training trajectory depends on, hence what `last.pt` must share to be continued:
     the model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
     (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets
-    (max_steps, max_minutes, patience), val_every, average_last, threads or the validation set."""
-    return {
+    (max_steps, max_minutes, patience), val_every, average_last, threads or the validation set.
+    A warm-started run adds its starting point (`init_from`: the champion's version and run), so a
+    from-scratch `last.pt` is never continued as a fine-tuning or the other way round; a
+    from-scratch identity has no such key (earlier runs' `last.pt` stay continuable)."""
+    identity = {
         "model": model.cfg.model_dump(),
         "vocab_size": model.vocab_size,
         "data": run.data_id,
@@ -275,6 +279,7 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
         "bf16": run.bf16,
         "processes": run.world.size,
     }
+    return identity | ({"init_from": run.init_from} if run.init_from else {})
 
 
 def data_id(pairs: list[Pair]) -> str:
@@ -283,12 +288,17 @@ def data_id(pairs: list[Pair]) -> str:
 
 
 def bleu_validation(
-    tok: Tokenizer, val: Mapping[str, list[str]], decode: DecodeConfig, max_tokens: int, device: torch.device
+    tok: Tokenizer,
+    val: Mapping[str, list[str]],
+    decode: DecodeConfig,
+    max_tokens: int,
+    device: torch.device,
+    tgt: str = "de",
 ) -> Validation:
-    """Validation on Multi30k val sentences (`val["en"]`, `val["de"]`): loss, and sacreBLEU of the
+    """Validation on Multi30k val sentences (`val["en"]`, `val[tgt]`): loss, and sacreBLEU of the
     greedy outputs (`val_bleu`)."""
     return Validation(
-        encode_pairs(tok, val["en"], val["de"]), list(val["de"]), tok.decode, "val_bleu",
+        encode_pairs(tok, val["en"], val[tgt]), list(val[tgt]), tok.decode, "val_bleu",
         lambda hyps, refs: sacrebleu(hyps, refs)["bleu"], decode, max_tokens, device,
     )  # fmt: skip
 
@@ -336,6 +346,7 @@ def run_facts(cfg: TrainConfig, run: RunContext, final: dict) -> dict:
         "processes": run.world.size,
         "max_tokens_per_step": cfg.optim.max_tokens * cfg.optim.accum_steps * run.world.size,  # padded
         "final_model": final,
+        "init_from": run.init_from,  # None: from scratch; else {"alias", "version", "run_id"}
         "model": cfg.model.model_dump(),
         "optim": cfg.optim.model_dump(),
     }

@@ -1,4 +1,4 @@
-"""The files around translation: the evaluation splits' `<split>.hyp.de`, their scores
+"""The files around translation: the evaluation splits' `<split>.hyp.<tgt_lang>`, their scores
 `<split>.json`, and the seed's 20 "time-machine" sentences (`data/time_machine.tsv`) with their
 Markdown table."""
 
@@ -17,10 +17,10 @@ EVAL_SPLITS = tuple(s for s in SPLITS if s != TRAIN_SPLIT)
 TIME_MACHINE_HEADER = ["en", "seed_de"]
 
 
-def translation_path(out_dir: Path, split: str) -> Path:
-    """Where a split's German translations live: `<out_dir>/<split>.hyp.de` (`<split>.de` is the
-    corpus's own file name, which must never be committed)."""
-    return Path(out_dir) / f"{split}.hyp.de"
+def translation_path(out_dir: Path, split: str, lang: str = "de") -> Path:
+    """Where a split's translations into `lang` live: `<out_dir>/<split>.hyp.<lang>` (`<split>.de`
+    is the corpus's own file name, which must never be committed)."""
+    return Path(out_dir) / f"{split}.hyp.{lang}"
 
 
 def scores_path(scores_dir: Path, split: str) -> Path:
@@ -36,10 +36,17 @@ def write_scores(scores_dir: Path, scores: dict[str, dict[str, float]]) -> None:
         write_json(scores_path(scores_dir, split), {k: round(v, 1) for k, v in values.items()})
 
 
+def write_absent(scores_dir: Path, split: str) -> None:
+    """The score file of a split the target language lacks: `{}`. DVC needs every declared metrics
+    file to exist; an empty one shows as nothing in `dvc metrics show`."""
+    write_json(scores_path(scores_dir, split), {})
+
+
 def read_scores(scores_dir: Path) -> dict[str, dict[str, float]]:
-    """`{split: {name: value}}` of the evaluation splits whose score file exists."""
+    """`{split: {name: value}}` of the evaluation splits whose score file exists and is not empty."""
     paths = {split: scores_path(scores_dir, split) for split in EVAL_SPLITS}
-    return {split: json.loads(p.read_text(encoding="utf-8")) for split, p in paths.items() if p.is_file()}
+    scores = {split: json.loads(p.read_text(encoding="utf-8")) for split, p in paths.items() if p.is_file()}
+    return {split: values for split, values in scores.items() if values}
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
@@ -80,6 +87,16 @@ def read_time_machine(path: Path) -> tuple[list[str], list[str]]:
         if len(row) != 2:
             raise DataError(f"{path}: line {number}: expected 2 tab-separated fields, got {len(row)}")
     return [detokenize_en(en) for en, _ in rows], [de for _, de in rows]
+
+
+def time_machine_not_german(lang: str) -> str:
+    """What `reports/time_machine.md` says in a run that does not translate into German: the
+    seed's reference outputs are German, so there is nothing to compare with."""
+    return (
+        "# Time machine: the seed's 20 sentences\n\n"
+        f"Not written: this run translates into {lang!r}, and the seed's reference outputs are German "
+        "(`download.tgt_lang: de` only).\n"
+    )
 
 
 def time_machine_markdown(en: list[str], ours: list[str], seed_de: list[str], cfg: DecodeConfig) -> str:

@@ -1,9 +1,11 @@
 """DVC stage `decode`: translations of the evaluation splits and the time-machine table.
 
 Usage: `python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD RUN_ID_FILE`.
-Reads params `decode`, `train.max_len`, `download.out_dir`, `tokenizer.out_dir`, `mlflow`. Translates
-through `pipeline.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.de` files; when
-RUN_ID_FILE names an MLflow run, logs them and registers the pyfunc with the alias `candidate`.
+Reads params `decode`, `train.max_len`, `download`, `tokenizer.out_dir`, `mlflow`. Translates
+through `pipeline.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
+files (splits the target language lacks are skipped, with a message); the time-machine table only for
+German (the seed's outputs are German; otherwise the file says so). When RUN_ID_FILE names an MLflow
+run, logs them and registers the pyfunc with the alias `candidate`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import datasets
 
 from pipeline import translations as tr
 from pipeline.config import load_params
-from pipeline.data import load_corpus
+from pipeline.data import load_corpus, skipped_splits
 from pipeline.device import pick_device
 from pipeline.errors import run_main
 from pipeline.io import write_text
@@ -31,24 +33,35 @@ def main(
     cfg, device, max_len = params.decode, pick_device("auto"), params.train.max_len
     spm_model = Path(params.tokenizer.out_dir) / "spm.model"
     loaded = load_translator(model, spm_model)
-    corpus = load_corpus(params.download.out_dir)
-    for split in tr.EVAL_SPLITS:
+    corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
+    splits = [split for split in tr.EVAL_SPLITS if split in corpus]
+    for split in splits:
         hyps = translate_lines(loaded, corpus[split]["en"], cfg, device, sys.stderr.isatty(), max_len)
-        tr.write_lines(tr.translation_path(out_dir, split), hyps)
-        print(f"decode: {split}: {len(hyps)} sentences -> {tr.translation_path(out_dir, split)}")
-    en, seed_de = tr.read_time_machine(time_machine_tsv)
-    ours = translate_lines(loaded, en, cfg, device, max_pieces=max_len)
-    write_text(time_machine_md, tr.time_machine_markdown(en, ours, seed_de, cfg))
+        tr.write_lines(tr.translation_path(out_dir, split, tgt), hyps)
+        print(f"decode: {split}: {len(hyps)} sentences -> {tr.translation_path(out_dir, split, tgt)}")
+    for message in skipped_splits(tgt):
+        print(f"decode: {message}")
+    write_text(time_machine_md, time_machine(loaded, time_machine_tsv, params))
     tracker = run_of(run_id_file, params.mlflow.enabled)
     if tracker.run_id:
         from pipeline.registry import log_translator  # imports mlflow: only when tracking
 
         tracker.log_artifact(time_machine_md, "reports")
-        for split in tr.EVAL_SPLITS:
-            tracker.log_artifact(tr.translation_path(out_dir, split), "reports/translations")
+        for split in splits:
+            tracker.log_artifact(tr.translation_path(out_dir, split, tgt), "reports/translations")
         name, config = params.mlflow.model_name, {**cfg.model_dump(), "max_len": max_len}
         version = log_translator(tracker.run_id, model, spm_model, config, name)
         print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
+
+
+def time_machine(loaded, time_machine_tsv: Path, params) -> str:
+    """The time-machine table (German runs), or a note that it is German-only."""
+    if params.download.tgt_lang != "de":
+        print("decode: time machine: skipped, the seed's reference outputs are German")
+        return tr.time_machine_not_german(params.download.tgt_lang)
+    en, seed_de = tr.read_time_machine(time_machine_tsv)
+    ours = translate_lines(loaded, en, params.decode, pick_device("auto"), max_pieces=params.train.max_len)
+    return tr.time_machine_markdown(en, ours, seed_de, params.decode)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""DVC stage `download`: Multi30k Task 1 raw files → validated DatasetDict at `download.out_dir`.
+"""DVC stage `download`: Multi30k Task 1 raw files (English and `download.tgt_lang`) → validated
+DatasetDict at `download.out_dir`.
 
 Run from the repository root: `python -m stages.download`. Env `MULTI30K_MIRROR` (a folder or base
 URL) is tried before the canonical URL; every file is checked against its pinned SHA-256.
@@ -9,22 +10,26 @@ from __future__ import annotations
 import datasets
 
 from pipeline.config import load_params
-from pipeline.data import build_corpus, resolve_sources
+from pipeline.data import build_corpus, resolve_sources, skipped_splits
 from pipeline.errors import run_main
 
 
 def main() -> None:
-    """Fetch, validate and store the corpus; prints the pairs kept per split."""
+    """Fetch, validate and store the EN→`download.tgt_lang` corpus; prints the pairs kept per split
+    and the splits that language lacks."""
     datasets.disable_progress_bars()
     cfg = load_params().download
+    for message in skipped_splits(cfg.tgt_lang):
+        print(f"download: {message}")
     corpus = build_corpus(
         cfg.out_dir,
         resolve_sources(cfg.mirror),
         max_train_pairs=cfg.max_train_pairs,
         max_eval_pairs=cfg.max_eval_pairs,
+        tgt_lang=cfg.tgt_lang,
     )
     sizes = ", ".join(f"{split} {len(ds)}" for split, ds in corpus.items())
-    print(f"download: wrote {cfg.out_dir} ({sizes} pairs)")
+    print(f"download: wrote {cfg.out_dir} (en-{cfg.tgt_lang}: {sizes} pairs)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Usage: `python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON` (dvc.yaml passes the
 paths). Reads the corpus at `download.out_dir`; validates every `*.tsv` in INCOMING_DIR
-(`en<TAB>de`, see `pipeline.incoming`), drops pairs that leak val/test sentences and duplicates,
+(`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.incoming`), drops pairs that leak val/test sentences and duplicates,
 and writes MERGED_JSONL (train pairs, then the new ones) and COUNTS_JSON (files, pairs_read,
 dropped_leak, dropped_dup, added, train_pairs). An absent or empty INCOMING_DIR gives exactly the
 train split. A bad file is a one-line error and nothing is written.
@@ -25,16 +25,17 @@ from pipeline.io import write_json
 
 def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
     datasets.disable_progress_bars()
-    corpus = load_corpus(load_params().download.out_dir)
-    train = list(zip(corpus[TRAIN_SPLIT]["en"], corpus[TRAIN_SPLIT]["de"], strict=True))
+    cfg = load_params().download
+    corpus, tgt = load_corpus(cfg.out_dir), cfg.tgt_lang
+    train = list(zip(corpus[TRAIN_SPLIT]["en"], corpus[TRAIN_SPLIT][tgt], strict=True))
     held_out = [
         pair
         for split, ds in corpus.items()
         if split != TRAIN_SPLIT
-        for pair in zip(ds["en"], ds["de"], strict=True)
+        for pair in zip(ds["en"], ds[tgt], strict=True)
     ]
-    merged, counts = merge_folder(incoming_dir, train, held_out)
-    write_merged(merged_jsonl, merged)
+    merged, counts = merge_folder(incoming_dir, train, held_out, tgt)
+    write_merged(merged_jsonl, merged, tgt)
     write_json(counts_json, asdict(counts))
     print(
         f"incoming: {counts.files} file(s), {counts.pairs_read} pairs read, {counts.dropped_leak} dropped "

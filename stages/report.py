@@ -15,6 +15,7 @@ import datasets
 
 from pipeline import report
 from pipeline.config import load_params
+from pipeline.data import skipped_splits
 from pipeline.device import pick_device
 from pipeline.errors import run_main
 from pipeline.translator import load_translator
@@ -30,6 +31,8 @@ def main(paths: dict[str, Path]) -> None:
     loaded = load_translator(paths["model"], Path(params.tokenizer.out_dir) / "spm.model")
     inputs = report.load_inputs(paths, loaded, params, device)
     written = report.build_report(inputs, loaded, params.decode, paths["report_md"], paths["figures"], device)
+    for message in skipped_splits(params.download.tgt_lang):
+        print(f"report: {message}")
     print(f"report: {len(written) - 1} figures in {paths['figures']}, page {paths['report_md']}")
 
 

@@ -3,7 +3,8 @@
 
 Usage: `python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE`. Writes
 `SCORES_DIR/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and SCORE_FACTS_JSON, their
-signatures (`{split: {...}}`). Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
+signatures (`{split: {...}}`). A split the target language (`download.tgt_lang`) lacks gets an empty
+`{}` score file (dvc.yaml declares every split's file) and a printed message. Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
 `candidate` model version, under the names `dvc metrics show` prints (`val.bleu`, ...).
 """
 
@@ -15,26 +16,37 @@ from pathlib import Path
 import datasets
 
 from pipeline.config import load_params
-from pipeline.data import load_corpus
+from pipeline.data import load_corpus, skipped_splits
 from pipeline.errors import DataError, run_main
 from pipeline.io import write_json
 from pipeline.metrics import split_scores
 from pipeline.tracking import flatten, run_of
-from pipeline.translations import EVAL_SPLITS, read_lines, scores_path, translation_path, write_scores
+from pipeline.translations import (
+    EVAL_SPLITS,
+    read_lines,
+    scores_path,
+    translation_path,
+    write_absent,
+    write_scores,
+)
 
 
 def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file: Path) -> None:
     datasets.disable_progress_bars()
     params = load_params()
-    corpus = load_corpus(params.download.out_dir)
+    corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
     metrics, facts = {}, {}
-    for split in EVAL_SPLITS:
-        path = translation_path(translations_dir, split)
+    for split in (s for s in EVAL_SPLITS if s in corpus):
+        path = translation_path(translations_dir, split, tgt)
         try:
-            metrics[split], facts[split] = split_scores(read_lines(path), corpus[split]["de"])
+            metrics[split], facts[split] = split_scores(read_lines(path), corpus[split][tgt], tgt)
         except DataError as exc:
             raise DataError(f"{path}: {exc}") from None
         print(f"score: {split}: " + "  ".join(f"{k} {v:.2f}" for k, v in metrics[split].items()))
+    for message in skipped_splits(tgt):
+        print(f"score: {message}")
+    for split in (s for s in EVAL_SPLITS if s not in corpus):
+        write_absent(scores_dir, split)
     write_scores(scores_dir, metrics)
     write_json(facts_json, facts)
     tracker = run_of(run_id_file, params.mlflow.enabled)

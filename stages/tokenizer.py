@@ -1,7 +1,8 @@
-"""DVC stage `tokenizer`: one joint SentencePiece model on the train split's EN and DE sentences.
+"""DVC stage `tokenizer`: one joint SentencePiece model on the train split's English and target
+(`download.tgt_lang`) sentences.
 
 Run from the repository root: `python -m stages.tokenizer`. Reads the corpus at `download.out_dir`
-and writes `<tokenizer.out_dir>/spm.model` and `spm.vocab`.
+(Multi30k only: incoming pairs never reach the tokenizer, so new data keeps the vocabulary) and writes `<tokenizer.out_dir>/spm.model` and `spm.vocab`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from collections.abc import Iterator
 from datasets import DatasetDict
 
 from pipeline.config import load_params
-from pipeline.data import LANGS, TRAIN_SPLIT, load_corpus
+from pipeline.data import SRC_LANG, TRAIN_SPLIT, load_corpus
 from pipeline.errors import run_main
 from pipeline.tokenizer import Tokenizer, train_tokenizer
 
 
-def train_sentences(corpus: DatasetDict) -> Iterator[str]:
-    """Every EN then every DE sentence of the train split (no eval data reaches the tokenizer)."""
-    for lang in LANGS:
+def train_sentences(corpus: DatasetDict, tgt_lang: str = "de") -> Iterator[str]:
+    """Every English then every target sentence of the train split (no eval data reaches the tokenizer)."""
+    for lang in (SRC_LANG, tgt_lang):
         yield from corpus[TRAIN_SPLIT][lang]
 
 
@@ -26,7 +27,9 @@ def main() -> None:
     """Train and save the tokenizer; prints its vocabulary size."""
     params = load_params()
     corpus = load_corpus(params.download.out_dir)
-    model_path = train_tokenizer(train_sentences(corpus), params.tokenizer.out_dir, params.tokenizer)
+    model_path = train_tokenizer(
+        train_sentences(corpus, params.download.tgt_lang), params.tokenizer.out_dir, params.tokenizer
+    )
     print(f"tokenizer: wrote {model_path} ({Tokenizer.load(model_path).vocab_size} pieces)")
 
 

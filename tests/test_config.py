@@ -62,6 +62,8 @@ BAD = [
     ("section not a mapping", "decode: 5", ["decode", "dictionary"]),
     ("file not a mapping", "- 1\n- 2\n", ["<root>"]),
     ("invalid yaml", "train: {model: [unclosed\n", ["not valid YAML"]),
+    ("init_from typo", "train: {init_from: champoin}", ["train.init_from", "'champion'"]),
+    ("unknown target language", "download: {tgt_lang: es}", ["download.tgt_lang", "'de', 'fr' or 'cs'"]),
 ]
 
 

@@ -18,7 +18,9 @@ from pipeline.data import (
     CANONICAL_BASE_URL,
     EXPECTED_COUNTS,
     MIRROR_ENV,
+    SHA256,
     build_corpus,
+    corpus_files,
     load_corpus,
     resolve_sources,
 )
@@ -192,6 +194,32 @@ def test_real_mirror_counts(tmp_path: Path) -> None:
         "test_2017_flickr": 1000,
     }
     assert corpus["train"][0]["en"] == "Two young, White males are outside near many bushes."
+
+
+def test_other_targets_pin_every_file_and_czech_lacks_test_2017() -> None:
+    assert set(SHA256) == set(corpus_files("de")) | set(corpus_files("fr")) | set(corpus_files("cs"))
+    assert "test_2017_flickr.cs.gz" not in corpus_files("cs") and len(corpus_files("cs")) == 6
+
+
+@needs_mirror
+@pytest.mark.parametrize("lang", ["fr", "cs"])
+def test_real_mirror_other_targets(lang: str, tmp_path: Path, capsys) -> None:
+    """The pinned sums are those of the real files (build_corpus checks each), and a split the
+    language lacks is skipped with a message, not an error."""
+    from stages import download
+
+    section = {"out_dir": "data/multi30k", "max_train_pairs": 5, "max_eval_pairs": 5, "tgt_lang": lang}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"download": section}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        mp.setenv(MIRROR_ENV, str(MIRROR))
+        download.main()
+    corpus = load_corpus(tmp_path / "data" / "multi30k")
+    assert corpus["train"].column_names == ["en", lang]
+    expected = ["train", "val", "test_2016_flickr"] + (["test_2017_flickr"] if lang == "fr" else [])
+    assert list(corpus) == expected
+    skipped = "download: test_2017_flickr: skipped, Multi30k has no Czech references for it"
+    assert (skipped in capsys.readouterr().out) == (lang == "cs")
 
 
 @needs_mirror

@@ -26,6 +26,17 @@ def pairs(columns: dict[str, list[str]]) -> list[tuple[str, str]]:
     return list(zip(columns["en"], columns["de"], strict=True))
 
 
+def test_french_pairs_round_trip_under_their_language_key(tmp_path: Path) -> None:
+    (tmp_path / "new.tsv").write_text("A man.\tUn homme.\n", encoding="utf-8")
+    assert read_incoming(tmp_path / "new.tsv", "fr") == [("A man.", "Un homme.")]
+    write_merged(tmp_path / "m.jsonl", [("A man.", "Un homme.")], "fr")
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {"en": "A man.", "fr": "Un homme."}
+    assert read_merged(tmp_path / "m.jsonl", "fr") == (["A man."], ["Un homme."])
+    (tmp_path / "bad.tsv").write_text("A man.\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad.tsv: line 1: expected 2 tab-separated fields \(en, fr\)"):
+        read_incoming(tmp_path / "bad.tsv", "fr")
+
+
 def test_reads_a_good_file_with_bom_crlf_and_spaces(tmp_path: Path) -> None:
     path = tmp_path / "new.tsv"
     path.write_bytes("\ufeffA boy swims.\tEin Junge schwimmt.\r\n  A bird. \tEin Vogel.\n".encode())

@@ -77,6 +77,13 @@ def test_paper_tokenize_rules() -> None:
     assert paper_tokenize("Er sagt: „Tee.“") == "er sagt : &quot; tee &quot; ."  # period moved (Perl rule)
 
 
+def test_paper_tokenize_follows_the_target_language() -> None:
+    """Moses' French rules keep the elided article with its apostrophe; German's split it off."""
+    assert paper_tokenize("L'homme court.", "fr") == "l&apos; homme court ."  # apostrophe HTML-escaped, as tokenizer.perl
+    assert paper_tokenize("L'homme court.") == "l &apos; homme court ."
+    assert bleu_lc_tok(["L'homme court."], ["L'homme court."], "fr")[1].endswith("moses-lc-norm-tok:fr")
+
+
 def test_bleu_lc_tok_and_split_scores() -> None:
     lc, signature = bleu_lc_tok([h.upper() for h in REFS], REFS)
     assert lc == pytest.approx(100.0) and "tok:none" in signature and "moses" in signature
@@ -87,3 +94,33 @@ def test_bleu_lc_tok_and_split_scores() -> None:
     assert lower["bleu"] < numbers["bleu"] and lower["bleu_lc_tok"] == pytest.approx(numbers["bleu_lc_tok"])
     with pytest.raises(DataError, match="2 hypotheses but 3 references"):
         bleu_lc_tok(HYPS[:2], REFS)
+
+
+def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_path, monkeypatch, capsys):
+    """Czech has no test_2017_flickr: `score` writes `{}` for it (dvc.yaml declares the file), says so,
+    and scores the other splits against the Czech references with Moses' Czech rules."""
+    import json
+
+    import yaml
+    from datasets import Dataset, DatasetDict
+
+    from pipeline.data import save_dataset_dict
+    from pipeline.translations import read_scores, translation_path
+    from stages import score as stage
+
+    cs = ["Muž jde se psem.", "Dvě děti si hrají."]
+    split = {"en": ["A man walks a dog.", "Two children play."], "cs": cs}
+    save_dataset_dict(DatasetDict({s: Dataset.from_dict(split) for s in ("train", "val", "test_2016_flickr")}),
+                      tmp_path / "data/multi30k")  # fmt: skip
+    params = {"download": {"tgt_lang": "cs"}, "mlflow": {"enabled": False}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    for s in ("val", "test_2016_flickr"):
+        translation_path(tmp_path / "tr", s, "cs").parent.mkdir(exist_ok=True)
+        translation_path(tmp_path / "tr", s, "cs").write_text("".join(line + "\n" for line in cs))
+    monkeypatch.chdir(tmp_path)
+    stage.main(tmp_path / "tr", tmp_path / "reports", tmp_path / "facts.json", tmp_path / "run_id.txt")
+    assert "score: test_2017_flickr: skipped, Multi30k has no Czech references" in capsys.readouterr().out
+    assert json.loads((tmp_path / "reports/test_2017_flickr.json").read_text()) == {}
+    assert read_scores(tmp_path / "reports") == {s: {"bleu": 100.0, "chrf": 100.0, "bleu_lc_tok": 100.0}
+                                                 for s in ("val", "test_2016_flickr")}  # fmt: skip
+    assert json.loads((tmp_path / "facts.json").read_text())["val"]["bleu_lc_tok"].endswith(":cs")

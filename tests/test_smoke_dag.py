@@ -209,3 +209,44 @@ def test_flow_fails_with_the_stage_error(smoke, monkeypatch, tmp_path):
         RuntimeError, match=r"(?s)stage decode failed .*error: params.yaml: decode\.beam_size"
     ):
         state.result()
+
+
+# ---------------------------------------------------------------- another target language
+
+FR_OVERRIDES = {  # smaller still than the smoke params: this checks the plumbing, not the model
+    "download": {"tgt_lang": "fr", "max_train_pairs": 200, "max_eval_pairs": 10},
+    "tokenizer": {"vocab_size": 300},
+    "warmup_data": {"n_train": 300, "n_val": 20, "n_test": 20},
+    "warmup_train": {"optim": {"max_steps": 4, "val_every": 4}},
+    "train": {"optim": {"max_steps": 10, "val_every": 10, "average_last": 1}},
+    "decode": {"beam_size": 1},
+    "mlflow": {"enabled": False},
+}
+
+
+@pytest.fixture(scope="module")
+def smoke_fr(tmp_path_factory):
+    """The work dir of a `dvc repro` of the whole DAG with download.tgt_lang: fr (MLflow off)."""
+    work = repo_copy(tmp_path_factory.mktemp("smoke_fr") / "repo")
+    write_params(work, **FR_OVERRIDES)
+    env = {
+        **os.environ,
+        "MULTI30K_MIRROR": str(MIRROR),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    run = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return work
+
+
+def test_english_to_french_dag_scores_every_split(smoke_fr):
+    work = smoke_fr
+    for split in SPLITS:
+        scores = json.loads((work / f"reports/{split}.json").read_text())
+        assert set(scores) == {"bleu", "chrf", "bleu_lc_tok"}
+        assert all(isinstance(v, float) and 0.0 <= v <= 100.0 for v in scores.values())
+        assert len((work / f"reports/translations/{split}.hyp.fr").read_text().splitlines()) == 10
+    assert json.loads((work / "reports/score_facts.json").read_text())["val"]["bleu_lc_tok"].endswith(":fr")
+    assert "fr" in json.loads((work / "data/train_merged.jsonl").read_text().splitlines()[0])
+    assert "seed's reference outputs are German" in (work / "reports/time_machine.md").read_text()
+    assert "English→French" in (work / "reports/README.md").read_text()
