@@ -95,10 +95,10 @@ class OptimConfig(Section):
     label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(default=1.0, gt=0.0)
     max_steps: int = Field(default=100_000, gt=0)
-    max_minutes: float = Field(default=70.0, gt=0.0)  # wall clock, validation included
+    max_minutes: float = Field(default=85.0, gt=0.0)  # wall clock, validation included
     val_every: int = Field(default=300, gt=0)
     patience: int = Field(default=10, gt=0)  # validations without improvement
-    average_last: int = Field(default=4, gt=0)  # step checkpoints kept for the final average
+    average_last: int = Field(default=10, gt=0)  # step checkpoints kept for the final average
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     threads: int | None = Field(default=None, gt=0)
@@ -119,7 +119,7 @@ class WarmupTrainConfig(Section):
     model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
     optim: OptimConfig = OptimConfig(
         max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=5, val_every=250,
-        patience=4, label_smoothing=0.0,
+        patience=4, label_smoothing=0.0, average_last=4,
     )  # fmt: skip
 
 
@@ -167,7 +167,7 @@ class DecodeConfig(Section):
     """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
 
     beam_size: int = Field(default=5, gt=0)
-    length_penalty: float = Field(default=0.6, ge=0.0)
+    length_penalty: float = Field(default=1.0, ge=0.0)
     max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
     max_len_b: int = Field(default=10, ge=1)
     batch_size: int = Field(default=64, gt=0)  # sentences per batch

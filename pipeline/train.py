@@ -320,7 +320,9 @@ def finish(model: Transformer, progress: Progress, validate: Validation, cfg: Tr
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names
-    print(f"train: final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")
+    start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
+    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}; final model "
+          f"{choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
     return metrics, run_facts(cfg, run, choice)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import checkpoint
-from pipeline.errors import CheckpointError
+from pipeline.errors import CheckpointError, ConfigError
 from pipeline.model import Transformer
 
 ALIAS = "champion"
@@ -103,4 +103,23 @@ def warm_start(model: Transformer, model_name: str, spm_model: Path) -> dict:
     state, spm_sha256, source = champion_files(model_name)
     check_compatible(state, spm_sha256, model, spm_model, f"champion v{source['version']} of {model_name!r}")
     model.load_state_dict(state["model"])
+    return source
+
+
+def initial_weights(params, model, spm_model: Path, verbose: bool) -> dict | None:
+    """`train.init_from: champion`: load the champion's weights into `model` and return where they
+    came from ({"alias", "version", "run_id"}); None (from scratch) leaves the fresh initialisation.
+
+    Raises:
+        ConfigError: init_from is set while MLflow is disabled (the champion lives in its registry).
+        CheckpointError: no champion, or another architecture or tokenizer (`pipeline.warm_start`).
+    """
+    if params.train.init_from is None:
+        return None
+    if not params.mlflow.enabled:
+        raise ConfigError("params.yaml: train.init_from: champion needs mlflow.enabled: true")
+    source = warm_start(model, params.mlflow.model_name, spm_model)
+    if verbose:
+        print(f"train: warm start from champion v{source['version']} of {params.mlflow.model_name!r} "
+              f"(run {source['run_id']}): fine-tuning its weights, not a fresh initialisation")  # fmt: skip
     return source
