@@ -216,3 +216,10 @@ def copy_embeddings(dst: torch.nn.Module, ours: Transformer) -> None:
     dst.tgt_embed.weight.copy_(ours.tgt_embed.weight)
     if ours.out_proj is not None:
         dst.out_proj.weight.copy_(ours.out_proj.weight)
+
+
+def timed_result(fn: Callable[[], object]) -> tuple[object, float]:
+    """(fn's result, wall seconds) of one CPU call."""
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start

@@ -11,25 +11,19 @@ the share of lines identical to ours. Merges the figures into `reports/bench.jso
 from __future__ import annotations
 
 import argparse
-import json
-import time
+import sys
 from pathlib import Path
 
 import datasets
 import torch
 
+from bench.common import command_line, record, timed_result
 from pipeline.config import load_params
 from pipeline.data import load_corpus
 from pipeline.export import ct2_translate, export_ctranslate2, load_translator
 from pipeline.metrics import score
 from pipeline.search import translate
 from pipeline.translator import load_translator as load_ours
-
-
-def timed(fn) -> tuple[list[str], float]:
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
 
 
 def main() -> None:
@@ -44,22 +38,23 @@ def main() -> None:
     export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split["de"])
-    ours, seconds = timed(lambda: translate(loaded.model, loaded.tokenizer, en, cfg))
+    ours, seconds = timed_result(lambda: translate(loaded.model, loaded.tokenizer, en, cfg))
     rows = {"ours": (ours, seconds)}
     for compute_type in ("float32", "int8"):
         engine = load_translator(args.out, compute_type, threads)
-        rows[f"ct2_{compute_type}"] = timed(lambda e=engine: ct2_translate(e, loaded.tokenizer, en, cfg))
+        rows[f"ct2_{compute_type}"] = timed_result(
+            lambda e=engine: ct2_translate(e, loaded.tokenizer, en, cfg)
+        )
     figures = {}
     for name, (hyps, secs) in rows.items():
         same = sum(h == o for h, o in zip(hyps, ours, strict=True)) / len(ours)
         figures[name] = {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2),
                          "same_as_ours": round(same, 4)}  # fmt: skip
         print(f"{name:12s} {figures[name]}")
-    path = Path("reports/bench.json")
-    bench = json.loads(path.read_text()) if path.is_file() else {}
-    bench["ct2"] = {"split": args.split, "beam_size": cfg.beam_size, "length_penalty": cfg.length_penalty,
-                    "threads": threads, **figures}  # fmt: skip
-    path.write_text(json.dumps(bench, indent=2) + "\n")
+    figures = {"split": args.split, "beam_size": cfg.beam_size, "length_penalty": cfg.length_penalty,
+               "threads": threads, **figures}  # fmt: skip
+    command = command_line("bench.ct2_check", sys.argv[1:])
+    record("reports", "ct2_check", command, {"ct2": figures}, torch.device("cpu"))
 
 
 if __name__ == "__main__":

@@ -14,26 +14,21 @@ into `reports/bench.json` under `input`.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import datasets
+import torch
 
+from bench.common import command_line, record, timed_result
 from pipeline.config import load_params
 from pipeline.data import load_corpus
 from pipeline.metrics import score
 from pipeline.search import translate
 from pipeline.translator import load_translator, translate_lines
-
-
-def timed(fn) -> tuple[list[str], float]:
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
 
 
 def mt_translate(lines: list[str]) -> list[str]:
@@ -66,9 +61,11 @@ def main() -> None:
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split["de"])
     rows = {
-        "decode_stage": timed(lambda: translate_lines(loaded, en, cfg, "cpu", False, params.train.max_len)),
-        "bare_beam": timed(lambda: translate(loaded.model, loaded.tokenizer, en, cfg)),
-        "mt_translate_file": timed(lambda: mt_translate(en)),
+        "decode_stage": timed_result(
+            lambda: translate_lines(loaded, en, cfg, "cpu", False, params.train.max_len)
+        ),
+        "bare_beam": timed_result(lambda: translate(loaded.model, loaded.tokenizer, en, cfg)),
+        "mt_translate_file": timed_result(lambda: mt_translate(en)),
     }
     figures = {name: {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2)}
                for name, (hyps, secs) in rows.items()}  # fmt: skip
@@ -81,10 +78,9 @@ def main() -> None:
     figures["mt_translate_same_lines"] = rows["mt_translate_file"][0] == rows["decode_stage"][0]
     for name, value in figures.items():
         print(f"{name:30s} {value}")
-    path = Path("reports/bench.json")
-    bench = json.loads(path.read_text()) if path.is_file() else {}
-    bench["input"] = {"split": args.split, "sentences": len(en), "beam_size": cfg.beam_size, **figures}
-    path.write_text(json.dumps(bench, indent=2) + "\n")
+    figures = {"split": args.split, "sentences": len(en), "beam_size": cfg.beam_size, **figures}
+    command = command_line("bench.input_check", sys.argv[1:])
+    record("reports", "input_check", command, {"input": figures}, torch.device("cpu"))
 
 
 if __name__ == "__main__":

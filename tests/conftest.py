@@ -14,3 +14,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def losses(monkeypatch) -> list[float]:
+    """The loss of every optimizer step taken in this test, in order."""
+    from pipeline import train as train_module
+
+    seen, step = [], train_module.train_step
+
+    def recorded(*args):
+        loss, n = step(*args)
+        seen.append(loss)
+        return loss, n
+
+    monkeypatch.setattr(train_module, "train_step", recorded)
+    return seen

@@ -45,20 +45,6 @@ def test_inverse_sqrt_schedule():
     assert [o / p for o, p in zip(ours, paper, strict=True)] == pytest.approx([10.0] * 3)
 
 
-@pytest.fixture
-def losses(monkeypatch) -> list[float]:
-    """The loss of every optimizer step taken in this test, in order."""
-    seen, step = [], train_module.train_step
-
-    def recorded(*args):
-        loss, n = step(*args)
-        seen.append(loss)
-        return loss, n
-
-    monkeypatch.setattr(train_module, "train_step", recorded)
-    return seen
-
-
 def test_resume_reproduces_uninterrupted_weights(tmp_path):
     data = pairs(64)
     full, _ = toy_run(tmp_path / "a", data, max_steps=12)

@@ -72,7 +72,7 @@ def mlflow_uri(champion, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{champion[0] / 'mlflow.db'}")
 
 
-def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_path, monkeypatch):
+def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_path, losses):
     _, spm_model, trained, data = champion
     tok = Tokenizer.load(spm_model)
     fresh = new_model(MODEL, tok.vocab_size, tok.pad_id, seed=9)
@@ -83,14 +83,6 @@ def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_pa
     theirs = trained.state_dict()
     assert all(torch.equal(value, theirs[key]) for key, value in model.state_dict().items())
 
-    losses, step = [], train_module.train_step
-
-    def recorded(*args):
-        loss, n_tokens = step(*args)
-        losses.append(loss)
-        return loss, n_tokens
-
-    monkeypatch.setattr(train_module, "train_step", recorded)
     run = RunContext(tmp_path, tmp_path / "log.csv", "x", init_from=source)
     optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 1}))
     train_module.train(model, data, ToyValidation(data[:4]), optim, run)
