@@ -15,9 +15,14 @@ Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest 
   ours            `pipeline.model.Transformer`, in the trainer's precision
   nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
   naive           `bench.naive` (the seed's style), same precision
-  ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`)
+  ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`); by default only where bf16 is
+                 native (CUDA, or a CPU with AMX / AVX-512 bf16): elsewhere bf16 matmuls are
+                 emulated and a step takes minutes (`--other-precision on` forces it)
   ours_all_positions  ours with logits and loss at every target position, pads included (the
                  logits-only-at-non-pad-positions lever off; ours and ours_fp32 have it on)
+  ours_compiled  with `--compile`, for the headline config only: ours under
+                 `torch.compile(dynamic=True)` (inductor). Its first step includes the
+                 compilation; `compile_s` = that step minus its median step
 The trainer's precision is `pipeline.device.use_bf16(device, train.optim.precision)`.
 
 A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
@@ -29,11 +34,15 @@ seconds / ours) on the same batch, i.e. how many times faster ours is.
 
 MFU: `bench.flops` counts each batch's matmul FLOPs (formula in its docstring); achieved =
 median over steps of FLOPs / seconds of ours; peak = best of several `--peak-size`² matmuls in
-the dtype our step's matmuls run in, measured in the same run; mfu = achieved / peak.
+the dtype our step's matmuls run in, measured in the same run; mfu = achieved / peak. Where the
+step runs in fp32 the bf16 peak is measured too (`bf16_peak_gflops`, at most 512² on a CPU
+without native bf16), to show why `precision: auto` chose fp32.
 
 Writes to `<out-dir>/bench.json`: train_tok_s, train_vs_nn_transformer, train_vs_naive,
-bf16_vs_fp32, mfu, peak_gflops, peak_dtype, achieved_gflops (all for 'default', or the last
-config listed) and train_detail (one row per config and model).
+bf16_vs_fp32 (None when the other precision was not run), mfu, peak_gflops, peak_dtype,
+achieved_gflops, bf16_peak_gflops (fp32 steps only), with `--compile` compiled_vs_eager and
+compile_s (all for 'default', or the last config listed) and train_detail (one row per config
+and model).
 """
 
 from __future__ import annotations
@@ -64,7 +73,7 @@ from bench.common import (
 from bench.flops import matmul_peak_gflops, train_step_flops
 from pipeline.batching import Pair, collate, make_batches
 from pipeline.config import ModelConfig, OptimConfig
-from pipeline.device import autocast, setup
+from pipeline.device import autocast, setup, use_bf16
 from pipeline.model import Transformer
 from pipeline.train import encode_pairs, label_smoothed_loss
 
@@ -108,7 +117,7 @@ def train_step(
     opt.zero_grad(set_to_none=True)
     keep = batch.tgt_out != model.pad_id
     with autocast(batch.src.device, bf16):
-        if type(model) is Transformer:
+        if type(getattr(model, "_orig_mod", model)) is Transformer:  # compiled or not
             logits, target = model(batch.src, batch.tgt_in, keep=keep), batch.tgt_out[keep]
         else:
             logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
@@ -132,24 +141,50 @@ class Runner:
     bf16: bool
     opt: torch.optim.Optimizer
     seconds: list[float] = field(default_factory=list)
+    first_step: float = 0.0  # the untimed first step (compilation, for a compiled model)
+
+
+@dataclass
+class Levers:
+    """Which optional runners race: ours in the other precision, ours under torch.compile."""
+
+    other_precision: bool = True
+    compile: bool = False
+
+
+def compiled(model: Transformer) -> nn.Module:
+    """`torch.compile` of a copy of `model` (dynamic shapes: every batch has its own B, S, T)."""
+    module = torch.compile(copy.deepcopy(model), dynamic=True)
+    module.pad_id = model.pad_id
+    return module
 
 
 def make_runners(
-    cfg: ModelConfig, vocab: int, pad_id: int, optim: OptimConfig, bf16: bool, device: torch.device
+    cfg: ModelConfig,
+    vocab: int,
+    pad_id: int,
+    optim: OptimConfig,
+    bf16: bool,
+    device: torch.device,
+    levers: Levers,
 ) -> list[Runner]:
-    """ours, nn_transformer, naive (trainer's precision), ours in the other precision, and ours
-    with logits at all positions (`AllPositions`)."""
+    """ours, nn_transformer, naive (trainer's precision), ours in the other precision (if
+    `levers.other_precision`), ours with logits at all positions (`AllPositions`), and ours
+    compiled (if `levers.compile`)."""
     torch.manual_seed(optim.seed)
-    ours = Transformer(cfg, vocab, pad_id)
+    ours = Transformer(cfg, vocab, pad_id).to(device)
     all_positions = AllPositions(cfg, vocab, pad_id)
     all_positions.load_state_dict(ours.state_dict())
     models = [
         ("ours", ours, bf16),
         ("nn_transformer", nn_transformer.from_ours(ours), bf16),
         ("naive", naive.from_ours(ours), bf16),
-        ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16),
         ("ours_all_positions", all_positions, bf16),
     ]
+    if levers.other_precision:
+        models.insert(3, ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16))
+    if levers.compile:
+        models.append(("ours_compiled", compiled(ours), bf16))
     return [Runner(name, m.to(device).train(), b, adam(m, optim)) for name, m, b in models]
 
 
@@ -163,6 +198,8 @@ def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimC
             seconds = timed(step, batch.src.device)
             if i >= warmup:
                 r.seconds.append(seconds)
+            elif i == 0:
+                r.first_step = seconds
 
 
 def summarize(
@@ -197,31 +234,59 @@ def bench_config(
     warmup: int,
     optim: OptimConfig,
     bf16: bool,
+    levers: Levers,
 ) -> list[dict]:
-    """Race the four models on `batches`; returns the detail rows."""
-    runners = make_runners(cfg, vocab, pad_id, optim, bf16, batches[0].src.device)
+    """Race the models on `batches`; returns the detail rows (a compiled runner's row carries
+    `compile_s`)."""
+    runners = make_runners(cfg, vocab, pad_id, optim, bf16, batches[0].src.device, levers)
     race(runners, batches, warmup, optim)
     timed_batches = batches[warmup:]
     flops = [train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches]
-    return summarize(name, cfg, runners, timed_batches, flops)
+    rows = summarize(name, cfg, runners, timed_batches, flops)
+    for row, r in zip(rows, runners, strict=True):
+        if r.name == "ours_compiled":
+            row["compile_s"] = sig(r.first_step - median(r.seconds))
+    return rows
 
 
-def headline(rows: list[dict], peak_gflops: float, bf16: bool) -> dict:
-    """The top-level figures from one config's rows (ours first)."""
+def headline(rows: list[dict], peaks: dict[str, float], bf16: bool) -> dict:
+    """The top-level figures from one config's rows (ours first); `peaks`: GFLOP/s per dtype
+    name, the trainer's dtype included."""
     by_model = {r["model"]: r for r in rows}
     ours = by_model["ours"]
-    other = by_model["ours_fp32" if bf16 else "ours_bf16"]
+    other = by_model.get("ours_fp32" if bf16 else "ours_bf16")
     bf16_tok_s, fp32_tok_s = (ours, other) if bf16 else (other, ours)
-    return {
+    dtype = "bf16" if bf16 else "fp32"
+    figures = {
         "train_tok_s": ours["tok_s"],
         "train_vs_nn_transformer": by_model["nn_transformer"]["ours_vs_this"],
         "train_vs_naive": by_model["naive"]["ours_vs_this"],
-        "bf16_vs_fp32": sig(bf16_tok_s["tok_s"] / fp32_tok_s["tok_s"]),
-        "mfu": sig(ours["achieved_gflops"] / peak_gflops),
-        "peak_gflops": sig(peak_gflops),
-        "peak_dtype": "bf16" if bf16 else "fp32",
+        "bf16_vs_fp32": sig(bf16_tok_s["tok_s"] / fp32_tok_s["tok_s"]) if other else None,
+        "mfu": sig(ours["achieved_gflops"] / peaks[dtype]),
+        "peak_gflops": sig(peaks[dtype]),
+        "peak_dtype": dtype,
         "achieved_gflops": ours["achieved_gflops"],
+        "bf16_peak_gflops": sig(peaks["bf16"]) if not bf16 else None,
     }
+    if "ours_compiled" in by_model:
+        compiled_row = by_model["ours_compiled"]
+        figures["compiled_vs_eager"] = sig(1 / compiled_row["ours_vs_this"])
+        figures["compile_s"] = compiled_row["compile_s"]
+    return figures
+
+
+def matmul_peaks(device: torch.device, bf16: bool, size: int) -> dict[str, float]:
+    """The matmul peak (GFLOP/s) in the trainer's dtype, and in bf16 too when that is not it
+    (at most 512² where bf16 is not native: emulated bf16 is slow)."""
+    peaks = {
+        "bf16" if bf16 else "fp32": matmul_peak_gflops(
+            torch.bfloat16 if bf16 else torch.float32, device, size
+        )
+    }
+    if not bf16:
+        native = use_bf16(device, "auto")
+        peaks["bf16"] = matmul_peak_gflops(torch.bfloat16, device, size if native else min(size, 512))
+    return peaks
 
 
 def run(
@@ -235,20 +300,21 @@ def run(
     steps: int,
     warmup: int,
     peak_size: int,
+    levers: Levers,
 ) -> dict:
-    """All configs on the same real batches; returns the figures for bench.json."""
+    """All configs on the same real batches (the compiled runner in the headline config only);
+    returns the figures for bench.json."""
     batches = [make_batch(b, ids, device) for b in real_batches(pairs, optim, warmup + steps)]
     if len(batches) <= warmup:
         raise ValueError(f"only {len(batches)} batches of training data for {warmup} warm-up steps")
-    peak = matmul_peak_gflops(torch.bfloat16 if bf16 else torch.float32, device, peak_size)
-    detail = [
-        row
-        for n, c in configs.items()
-        for row in bench_config(n, c, vocab, ids[0], batches, warmup, optim, bf16)
-    ]
+    peaks = matmul_peaks(device, bf16, peak_size)
     last = "default" if "default" in configs else list(configs)[-1]
+    detail = []
+    for n, c in configs.items():
+        config_levers = Levers(levers.other_precision, levers.compile and n == last)
+        detail += bench_config(n, c, vocab, ids[0], batches, warmup, optim, bf16, config_levers)
     rows = [r for r in detail if r["config"].startswith(f"{last} ")]
-    return {**headline(rows, peak, bf16), "train_detail": detail}
+    return {**headline(rows, peaks, bf16), "train_detail": detail}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -260,6 +326,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=20, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
+    p.add_argument(
+        "--other-precision",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="race ours in the other precision too (auto: where bf16 is native)",
+    )
+    p.add_argument("--compile", action="store_true", help="race ours under torch.compile (headline config)")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
     optim = params.train.optim
@@ -268,8 +341,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
+    other = {"on": True, "off": False}.get(args.other_precision, use_bf16(device, "auto"))
+    levers = Levers(other_precision=other, compile=args.compile)
     figures = run(
-        pairs, configs, tok.vocab_size, ids, optim, device, bf16, args.steps, args.warmup, peak_size
+        pairs, configs, tok.vocab_size, ids, optim, device, bf16, args.steps, args.warmup, peak_size, levers
     )
     print("\n".join(table(figures["train_detail"])))
     print("\n".join(table([{k: v for k, v in figures.items() if k != "train_detail"}])))

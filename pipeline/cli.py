@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
 from pipeline.config import DecodeConfig, Params, load_params
@@ -48,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
     p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where our engine runs")
     p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
                    help="our beam search, or a CTranslate2 export (python -m pipeline.export ctranslate2)")  # fmt: skip
     p.add_argument(
@@ -62,8 +63,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def defaults(params_path: Path) -> Params:
-    """params.yaml when present (the repository's by default), else the built-in defaults."""
-    return load_params(params_path) if params_path.exists() else Params()
+    """The repository's params.yaml when present, else the built-in defaults; a --params file
+    given explicitly must exist.
+
+    Raises:
+        ConfigError: an explicitly given --params file does not exist.
+    """
+    if params_path.exists():
+        return load_params(params_path)
+    if params_path != DEFAULT_PARAMS:
+        raise ConfigError(f"--params {params_path}: no such file")
+    return Params()
 
 
 def decode_config(base: DecodeConfig, beam_size: int | None, length_penalty: float | None) -> DecodeConfig:
@@ -85,10 +95,23 @@ def input_batches(sentences: list[str]) -> Iterator[list[str]]:
     if sentences:
         yield sentences
         return
-    lines = (line.rstrip("\n") for line in sys.stdin)
+    lines = (utf8_line(n, line.rstrip("\n")) for n, line in enumerate(sys.stdin, start=1))
     size = 1 if sys.stdin.isatty() else BATCH_LINES
     while batch := list(islice(lines, size)):
         yield batch
+
+
+def utf8_line(number: int, line: str) -> str:
+    """`line` itself when it is text (stdin undecodable bytes arrive as surrogates).
+
+    Raises:
+        ConfigError: the line held bytes that are not UTF-8.
+    """
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"stdin line {number}: not UTF-8 text") from None
+    return line
 
 
 def spm_path(args: argparse.Namespace, params: Params) -> Path:
@@ -98,6 +121,8 @@ def spm_path(args: argparse.Namespace, params: Params) -> Path:
 
 def outputs(loaded: Loaded, batch: list[str], cfg: DecodeConfig, args, max_len: int) -> Iterable[str]:
     device = pick_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: this PyTorch sees no CUDA device")
     if args.n_best is None:
         return translate_lines(loaded, batch, cfg, device, max_pieces=max_len)
     if not 1 <= args.n_best <= cfg.beam_size:
@@ -114,7 +139,10 @@ def load(args: argparse.Namespace, spm: Path) -> Loaded:
         return load_translator(args.checkpoint, spm)
     if args.n_best is not None or args.attention is not None:
         raise ConfigError("--engine ctranslate2: --n-best and --attention need --engine ours")
-    return load_ct2_translator(args.ct2_dir, spm, args.compute_type)
+    try:
+        return load_ct2_translator(args.ct2_dir, spm, args.compute_type)
+    except ValueError as exc:  # CTranslate2's message for an unknown compute type
+        raise ConfigError(f"--compute-type {args.compute_type}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> Iterator[str]:

@@ -1,14 +1,16 @@
 """The recipe study's table, built from DVC's own records of the experiments.
 
-`python -m pipeline.experiments OUT.md` runs `dvc exp show --json`, takes the baseline commit and
-every experiment on it, and writes one Markdown row per run: the params it changed (against the
-baseline), steps / epochs / minutes of training, and val BLEU (cased sacreBLEU and lowercased
-tokenised). Only val is shown: the study selects on val, test sets are for reporting. Arguments
-after OUT.md go to `dvc exp show` (e.g. `--rev <commit>` for a study based on an older commit).
+`python -m pipeline.experiments OUT.md` runs `dvc exp show --json`, takes each baseline commit it
+shows and every experiment on it, and writes one Markdown row per run: the params it changed
+(against its baseline), steps / epochs / minutes of training, and val BLEU (cased sacreBLEU and
+lowercased tokenised). Only val is shown: the study selects on val, test sets are for reporting.
+Arguments after OUT.md go to `dvc exp show` (e.g. `--rev <commit> --rev <commit>` for studies
+based on older commits).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -47,29 +49,35 @@ def run_record(data: dict) -> tuple[dict, dict]:
 
 
 def rows(records: list[dict]) -> list[dict]:
-    """One dict per run: the baseline commit (the first non-workspace entry) and its experiments."""
-    base = next(r for r in records if r["rev"] != "workspace")
-    base_params, _ = run_record(base["data"])
-    runs = [("baseline " + (base.get("name") or base["rev"][:7]), base["data"])]
-    for exp in base.get("experiments") or []:
-        rev = exp["revs"][0]
-        runs.append((rev.get("name") or rev["rev"][:7], rev["data"]))
+    """One dict per run: each baseline commit shown (every entry but the workspace), then its
+    experiments, whose changed params are taken against that commit."""
     out = []
-    for name, data in runs:
-        params, metrics = run_record(data)
-        changed = {k: v for k, v in params.items() if base_params.get(k) != v}
-        row = {"experiment": name, "changed": ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))}
-        row["budget"] = params.get("train.optim.max_minutes")
-        for column, (file, key) in METRIC_COLUMNS.items():
-            row[column] = metrics.get(file, {}).get(key)
-        out.append(row)
+    for base in (r for r in records if r["rev"] != "workspace"):
+        base_params, _ = run_record(base["data"])
+        runs = [("baseline " + (base.get("name") or base["rev"][:7]), base["data"])]
+        for exp in base.get("experiments") or []:
+            rev = exp["revs"][0]
+            runs.append((rev.get("name") or rev["rev"][:7], rev["data"]))
+        out += [row(name, data, base_params) for name, data in runs]
+    return out
+
+
+def row(name: str, data: dict, base_params: dict) -> dict:
+    """The table row of one run: changed params, training budget, the metric columns."""
+    params, metrics = run_record(data)
+    changed = {k: v for k, v in params.items() if base_params.get(k) != v}
+    out = {"experiment": name, "changed": ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))}
+    out["budget"] = params.get("train.optim.max_minutes")
+    for column, (file, key) in METRIC_COLUMNS.items():
+        out[column] = metrics.get(file, {}).get(key)
     return out
 
 
 def markdown(table: list[dict]) -> str:
     """The study table. Runs are compared only with runs of the same training budget
-    (`train.optim.max_minutes`): in each budget the highest val BLEU is marked as chosen."""
-    columns = ["experiment", "changed", *METRIC_COLUMNS, "chosen"]
+    (`train.optim.max_minutes`): in each budget the highest val BLEU is marked (the first listed
+    on a tie). What the defaults became, and by which rule, the README says."""
+    columns = ["experiment", "changed", *METRIC_COLUMNS, "best val in budget"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     chosen = best_per_budget(table)
     for r in table:
@@ -97,5 +105,13 @@ def main(out: Path, args: list[str]) -> None:
     print(f"experiments: {len(table)} runs -> {out}")
 
 
+def cli(argv: list[str]) -> None:
+    """`OUT.md [dvc exp show arguments...]`; `-h` prints the usage."""
+    p = argparse.ArgumentParser(prog="python -m pipeline.experiments", description=__doc__.split("\n")[0])
+    p.add_argument("out", type=Path, help="the Markdown file to write, e.g. reports/experiments.md")
+    args, show_args = p.parse_known_args(argv)
+    main(args.out, show_args)
+
+
 if __name__ == "__main__":
-    run_main(lambda: main(Path(sys.argv[1] if len(sys.argv) > 1 else "reports/experiments.md"), sys.argv[2:]))
+    run_main(lambda: cli(sys.argv[1:]))

@@ -30,3 +30,13 @@ def losses(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(train_module, "train_step", recorded)
     return seen
+
+
+@pytest.fixture(scope="session")
+def harness():
+    """One temporary Prefect server (and database) for every flow test of the session: each
+    start costs ~20 s on a small machine."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield

@@ -138,7 +138,9 @@ def test_bad_corpus(breakage, resum, culprit, tmp_path, capsys):
 
 # ---- checkpoints and translate -------------------------------------------------------------
 def translate(tiny: dict, capsys, *args: str, ckpt: Path | None = None) -> tuple[int, str, str]:
-    argv = ["--checkpoint", str(ckpt or tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", "absent.yaml"]
+    defaults = tiny["ckpt"].parent / "defaults.yaml"  # an empty params file: the built-in defaults
+    defaults.write_text("{}\n")
+    argv = ["--checkpoint", str(ckpt or tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", str(defaults)]
     return run_entry(lambda: translate_main([*argv, "--beam-size", "2", *args]), capsys)
 
 
@@ -184,6 +186,26 @@ def test_missing_checkpoint(tiny, tmp_path, capsys):
 def test_bad_beam_flag(tiny, capsys):
     code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "0")
     assert code != 0 and out == "" and err.startswith("error: --beam-size: ") and err.count("\n") == 1
+
+
+def test_missing_params_flag_file(tiny, tmp_path, capsys):
+    code, out, err = translate(tiny, capsys, "A dog.", "--params", str(tmp_path / "nope.yaml"))
+    assert code != 0 and out == "" and err == f"error: --params {tmp_path / 'nope.yaml'}: no such file\n"
+
+
+def test_stdin_line_that_is_not_utf8(tiny, capsys, monkeypatch):
+    import io
+
+    undecodable = b"A dog \xff runs.".decode("utf-8", "surrogateescape")  # how stdin delivers it
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"A dog runs.\n{undecodable}\n"))
+    code, _, err = translate(tiny, capsys)
+    assert code != 0 and err == "error: stdin line 2: not UTF-8 text\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_cuda_device_without_cuda(tiny, capsys):
+    code, out, err = translate(tiny, capsys, "A dog.", "--device", "cuda")
+    assert code != 0 and out == "" and err == "error: --device cuda: this PyTorch sees no CUDA device\n"
 
 
 # Inputs that must translate (one output line per input line), never crash.

@@ -85,7 +85,7 @@ def assert_positive(data: dict, keys: list[str]) -> None:
 
 def test_train_speed_writes_its_keys(workspace: Path) -> None:
     args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    train_speed.main(common_args(workspace) + args)
+    train_speed.main(common_args(workspace) + args + ["--other-precision", "on"])
     data = bench_json(workspace)
     keys = ["train_tok_s", "train_vs_nn_transformer", "train_vs_naive", "bf16_vs_fp32", "mfu"]
     assert_positive(data, keys + ["peak_gflops", "achieved_gflops"])
@@ -95,6 +95,22 @@ def test_train_speed_writes_its_keys(workspace: Path) -> None:
     assert models[4] == "ours_all_positions"
     assert data["train_detail"][0]["config"].startswith("tiny ")
     assert all(row["tok_s"] > 0 and row["ms_per_step"] > 0 for row in data["train_detail"])
+
+
+def test_train_speed_levers_other_precision_off_and_compile(workspace: Path, monkeypatch) -> None:
+    """Without the other precision bf16_vs_fp32 is None; `--compile` adds a compiled runner to the
+    headline config only (torch.compile is replaced by a copy here: compiling takes minutes)."""
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
+    args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "64"]
+    train_speed.main(common_args(workspace) + args + ["--other-precision", "off", "--compile"])
+    data = bench_json(workspace)
+    assert data["bf16_vs_fp32"] is None
+    rows = [(row["config"].split()[0], row["model"]) for row in data["train_detail"]]
+    assert [m for c, m in rows if c == "tiny"] == ["ours", "nn_transformer", "naive", "ours_all_positions"]
+    assert [m for c, m in rows if c == "default"][-1] == "ours_compiled"
+    assert data["compiled_vs_eager"] > 0 and data["compile_s"] is not None
+    if data["peak_dtype"] == "fp32":
+        assert data["bf16_peak_gflops"] > 0
 
 
 def test_decode_speed_writes_its_keys(workspace: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,19 +46,33 @@ def single(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    """2 processes × 1 micro-batch, 8 steps."""
+    out = tmp_path_factory.mktemp("two_ranks")
+    run(out, steps=8, accum=1, nproc=2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def four_steps(tmp_path_factory) -> Path:
+    """2 processes, stopped after 4 steps (each test resumes from a copy)."""
+    out = tmp_path_factory.mktemp("four_steps")
+    run(out, steps=4, accum=1, nproc=2)
+    return out
+
+
 @pytest.mark.slow
-def test_two_processes_match_one_with_the_same_global_batch(single, tmp_path):
-    run(tmp_path, steps=8, accum=1, nproc=2)
+def test_two_processes_match_one_with_the_same_global_batch(single, two_ranks):
     want = losses(single)
     assert len(want) == 8
     for rank in (0, 1):
-        assert losses(tmp_path, rank) == pytest.approx(want, abs=1e-4)
+        assert losses(two_ranks, rank) == pytest.approx(want, abs=1e-4)
 
 
 @pytest.mark.slow
-def test_only_rank_zero_writes(single, tmp_path):
-    run(tmp_path, steps=8, accum=1, nproc=2)
-    written = {r: json.loads((tmp_path / f"rank{r}.json").read_text())["written"] for r in (0, 1)}
+def test_only_rank_zero_writes(single, two_ranks):
+    written = {r: json.loads((two_ranks / f"rank{r}.json").read_text())["written"] for r in (0, 1)}
     assert written[1] == []
     one_process = json.loads((single / "rank0.json").read_text())["written"]
     assert written[0] == one_process  # same checkpoints and logs, once each, in the same order
@@ -65,8 +80,8 @@ def test_only_rank_zero_writes(single, tmp_path):
 
 
 @pytest.mark.slow
-def test_resumed_two_process_run_continues_from_the_saved_step(single, tmp_path):
-    run(tmp_path, steps=4, accum=1, nproc=2)
+def test_resumed_two_process_run_continues_from_the_saved_step(single, four_steps, tmp_path):
+    shutil.copytree(four_steps, tmp_path, dirs_exist_ok=True)
     resumed = run(tmp_path, steps=8, accum=1, nproc=2)
     assert "resuming from" in resumed.stdout and "at step 4" in resumed.stdout
     assert losses(tmp_path) == pytest.approx(losses(single)[4:], abs=1e-4)
@@ -75,8 +90,8 @@ def test_resumed_two_process_run_continues_from_the_saved_step(single, tmp_path)
 
 
 @pytest.mark.slow
-def test_a_rank_that_cannot_read_last_pt_fails_clearly(tmp_path):
-    run(tmp_path, steps=4, accum=1, nproc=2)
+def test_a_rank_that_cannot_read_last_pt_fails_clearly(four_steps, tmp_path):
+    shutil.copytree(four_steps, tmp_path, dirs_exist_ok=True)
     first = (tmp_path / "rank0.json").read_text()
     failed = run(tmp_path, steps=8, accum=1, nproc=2, ok=False, TOY_UNREADABLE_RANK="1")
     assert "error: " + str(tmp_path / "last.pt") + ": permission denied (rank 1; every node" in failed.stderr

@@ -44,3 +44,16 @@ def test_the_best_run_is_chosen_within_each_budget_only():
     lines = {line.split(" | ")[0].strip("| "): line for line in markdown(table).splitlines()[2:]}
     chosen = {name for name, line in lines.items() if "**yes**" in line}
     assert chosen == {"baseline abc1234", "short-a"}  # 22.0 beats 20.0 at 12 min; 38.0 beats 37.0 at 70
+
+
+def test_each_baseline_commit_lists_its_own_experiments():
+    later = record("def5678", 85, 0.1, 39.0)
+    later["experiments"] = [{"revs": [record("later-drop", 85, 0.2, 39.5)]}]
+    table = rows(show(record("short-drop", 12, 0.3, 20.5)) + [later])
+    assert [r["experiment"] for r in table] == [
+        "baseline abc1234",
+        "short-drop",
+        "baseline def5678",
+        "later-drop",
+    ]
+    assert table[3]["changed"] == "train.model.dropout=0.2"  # against def5678, not abc1234

@@ -13,6 +13,7 @@ from pipeline import export
 from pipeline.batching import pad
 from pipeline.checkpoint import save, weights
 from pipeline.config import DecodeConfig, ModelConfig, TokenizerConfig
+from pipeline.errors import ConfigError
 from pipeline.model import Transformer
 from pipeline.search import greedy, translate
 from pipeline.tokenizer import Tokenizer, train_tokenizer
@@ -93,6 +94,24 @@ def test_ct2_beam_runs_and_int8_loads(tok: Tokenizer, exported: tuple[Transforme
     for compute_type in ("float32", "int8"):
         out = export.ct2_translate(export.load_translator(path, compute_type), tok, SENTENCES, cfg)
         assert len(out) == len(SENTENCES) and out[2] == "" and all(o for i, o in enumerate(out) if i != 2)
+
+
+def test_export_refuses_to_replace_what_is_not_an_export(tok: Tokenizer, tmp_path: Path) -> None:
+    model = tiny_model(tok.vocab_size)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a CTranslate2 export"):
+        export.export_ctranslate2(model, tok, tmp_path / "notes")
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+    first = export.export_ctranslate2(model, tok, tmp_path / "ct2")
+    assert export.export_ctranslate2(model, tok, first) == first  # an earlier export is replaced
+
+
+def test_gnmt_best_ranks_by_our_length_penalty() -> None:
+    short, long = ["a"], ["a", "b", "c", "d", "e", "f"]
+    scores = [-2.0, -2.6]  # log-probs; CTranslate2's len ** RAW_SCORES barely moves them
+    assert export.gnmt_best([short, long], scores, alpha=0.0) == short  # raw log-prob: short wins
+    assert export.gnmt_best([short, long], scores, alpha=1.0) == long  # -2.0/1.17 < -2.6/2.0
 
 
 def test_export_command_writes_a_model(tok: Tokenizer, spm_path: Path, tmp_path: Path) -> None:

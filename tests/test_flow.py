@@ -98,14 +98,6 @@ def tiny_repo(tmp_path_factory) -> Path:
     return repo
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
-
-
 @pytest.mark.slow
 def test_flow_retrains_only_on_new_data(tiny_repo: Path, harness, monkeypatch) -> None:
     from pipeline.flow import pipeline_flow

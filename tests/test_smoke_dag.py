@@ -57,8 +57,10 @@ def write_params(work: Path, **overrides: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """(work dir, env, first `dvc repro`): the smoke DAG, tracked into a temporary sqlite URI."""
+def smoke(tmp_path_factory, french_repro):
+    """(work dir, env, first `dvc repro`): the smoke DAG, tracked into a temporary sqlite URI.
+    The French DAG (`french_repro`) runs in the background meanwhile: both are mostly
+    single-threaded process start-ups, so together they take little longer than one."""
     root = tmp_path_factory.mktemp("smoke")
     work = repo_copy(root / "repo")
     write_params(work, mlflow={"model_name": MODEL_NAME})
@@ -69,6 +71,7 @@ def smoke(tmp_path_factory):
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
     run = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    french_repro[2].wait(timeout=900)  # so that it does not slow the Prefect server tests below
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return work, env, run
 
@@ -171,17 +174,14 @@ def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     assert got == want and len(got) == 3 and got[1] == ""
 
 
-def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, harness, monkeypatch):
     from pipeline.flow import pipeline_flow, stage_names
 
     work, env, _ = smoke
     monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.setenv("MULTI30K_MIRROR", env["MULTI30K_MIRROR"])
-    with prefect_test_harness(server_startup_timeout=180):
-        first = pipeline_flow(repo=str(work))
-        second = pipeline_flow(repo=str(work))
+    first = pipeline_flow(repo=str(work))
+    second = pipeline_flow(repo=str(work))
     stages = stage_names(work)
     assert {first[s] for s in stages} == {"skipped"}  # the DAG was built by the fixture
     assert first["promotion"].startswith("promoted:")  # no champion yet
@@ -190,9 +190,7 @@ def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, monkeypatch):
     assert client.get_model_version_by_alias(MODEL_NAME, "champion").run_id == run.info.run_id
 
 
-def test_flow_fails_with_the_stage_error(smoke, monkeypatch, tmp_path):
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_flow_fails_with_the_stage_error(smoke, harness, monkeypatch, tmp_path):
     from pipeline.flow import pipeline_flow
 
     work, env, _ = smoke
@@ -202,8 +200,7 @@ def test_flow_fails_with_the_stage_error(smoke, monkeypatch, tmp_path):
     params["decode"]["beam_size"] = 0  # only `decode` depends on it: the first stage to run fails
     (broken / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("PATH", env["PATH"])
-    with prefect_test_harness(server_startup_timeout=180):
-        state = pipeline_flow(repo=str(broken), return_state=True)
+    state = pipeline_flow(repo=str(broken), return_state=True)
     assert state.is_failed()
     with pytest.raises(
         RuntimeError, match=r"(?s)stage decode failed .*error: params.yaml: decode\.beam_size"
@@ -225,17 +222,30 @@ FR_OVERRIDES = {  # smaller still than the smoke params: this checks the plumbin
 
 
 @pytest.fixture(scope="module")
-def smoke_fr(tmp_path_factory):
-    """The work dir of a `dvc repro` of the whole DAG with download.tgt_lang: fr (MLflow off)."""
-    work = repo_copy(tmp_path_factory.mktemp("smoke_fr") / "repo")
+def french_repro(tmp_path_factory):
+    """(work dir, log file, running `dvc repro`) of the whole DAG with download.tgt_lang: fr
+    (MLflow off), started in the background."""
+    root = tmp_path_factory.mktemp("smoke_fr")
+    work = repo_copy(root / "repo")
     write_params(work, **FR_OVERRIDES)
     env = {
         **os.environ,
         "MULTI30K_MIRROR": str(MIRROR),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    run = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    log = root / "repro.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(["dvc", "repro"], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+    yield work, log, proc
+    proc.kill()
+
+
+@pytest.fixture(scope="module")
+def smoke_fr(french_repro):
+    """The work dir of the French DAG, once its `dvc repro` has succeeded."""
+    work, log, proc = french_repro
+    returncode = proc.wait(timeout=900)
+    assert returncode == 0, log.read_text()[-6000:]
     return work
 
 
