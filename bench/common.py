@@ -33,6 +33,7 @@ from pipeline.tokenizer import Tokenizer
 SEED_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the seed tutorial's "tiny"
 WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)
 DEFAULT_CHECKPOINT = "models/transformer/model.pt"
+CPU = torch.device("cpu")
 
 HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "train_tok_s": "ours, default config: target tokens/s of a training step (fwd + bwd + Adam)",
@@ -127,13 +128,18 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall seconds of `fn()` (CUDA work included)."""
+def timed_result(fn: Callable[[], object], device: torch.device = CPU) -> tuple[object, float]:
+    """(fn's result, wall seconds of `fn()`, CUDA work included)."""
     sync(device)
     start = time.perf_counter()
-    fn()
+    out = fn()
     sync(device)
-    return time.perf_counter() - start
+    return out, time.perf_counter() - start
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of `fn()` (CUDA work included)."""
+    return timed_result(fn, device)[1]
 
 
 def median(values: Sequence[float]) -> float:
@@ -219,10 +225,3 @@ def copy_embeddings(dst: torch.nn.Module, ours: Transformer) -> None:
     dst.tgt_embed.weight.copy_(ours.tgt_embed.weight)
     if ours.out_proj is not None:
         dst.out_proj.weight.copy_(ours.out_proj.weight)
-
-
-def timed_result(fn: Callable[[], object]) -> tuple[object, float]:
-    """(fn's result, wall seconds) of one CPU call."""
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start

@@ -119,15 +119,29 @@ def spm_path(args: argparse.Namespace, params: Params) -> Path:
     return args.spm or args.params.resolve().parent / params.tokenizer.out_dir / "spm.model"
 
 
-def outputs(loaded: Loaded, batch: list[str], cfg: DecodeConfig, args, max_len: int) -> Iterable[str]:
+def run_device(args: argparse.Namespace) -> torch.device:
+    """--device resolved once for the run.
+
+    Raises:
+        ConfigError: --device cuda where PyTorch sees no CUDA device.
+    """
     device = pick_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: this PyTorch sees no CUDA device")
-    if args.n_best is None:
+    return device
+
+
+def outputs(
+    loaded: Loaded,
+    batch: list[str],
+    cfg: DecodeConfig,
+    n_best: int | None,
+    device: torch.device,
+    max_len: int,
+) -> Iterable[str]:
+    if n_best is None:
         return translate_lines(loaded, batch, cfg, device, max_pieces=max_len)
-    if not 1 <= args.n_best <= cfg.beam_size:
-        raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
-    nbest = translate_lines_n_best(loaded, batch, cfg, args.n_best, device, max_pieces=max_len)
+    nbest = translate_lines_n_best(loaded, batch, cfg, n_best, device, max_pieces=max_len)
     return (
         "\n".join(f"{text}\t{score:.4f}" for text, score in entries) if entries else "" for entries in nbest
     )
@@ -149,10 +163,14 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     """Yield the output for each input line (one German line; K lines with --n-best)."""
     params = defaults(args.params)
     cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
+    if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
+        raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
+    device = run_device(args)
     loaded = load(args, spm_path(args, params))
     first: tuple[str, str] | None = None
     for batch in input_batches(args.sentences):
-        for line, german in zip(batch, outputs(loaded, batch, cfg, args, params.train.max_len), strict=True):
+        translated = outputs(loaded, batch, cfg, args.n_best, device, params.train.max_len)
+        for line, german in zip(batch, translated, strict=True):
             if first is None and line.strip():
                 first = (line, german.split("\t")[0])
             yield german

@@ -134,7 +134,7 @@ def export_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | 
     from ctranslate2.converters.converter import Converter
 
     out = Path(out_dir)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "model.bin").is_file())):
+    if out.exists() and not replaceable(out):
         raise ConfigError(f"--out {out}: exists and is not a CTranslate2 export; choose a new folder")
     if model.vocab_size != tokenizer.vocab_size:
         raise ConfigError(
@@ -147,6 +147,11 @@ def export_ctranslate2(model: Transformer, tokenizer: Tokenizer, out_dir: str | 
             return spec
 
     return Path(OurConverter().convert(str(out_dir), force=True))
+
+
+def replaceable(path: Path) -> bool:
+    """An empty folder, or an earlier export (it holds `model.bin`)."""
+    return path.is_dir() and (not any(path.iterdir()) or (path / "model.bin").is_file())
 
 
 def load_translator(model_dir: str | Path, compute_type: str = "default", threads: int = 0):

@@ -79,9 +79,8 @@ def test_paper_tokenize_rules() -> None:
 
 def test_paper_tokenize_follows_the_target_language() -> None:
     """Moses' French rules keep the elided article with its apostrophe; German's split it off."""
-    assert (
-        paper_tokenize("L'homme court.", "fr") == "l&apos; homme court ."
-    )  # apostrophe HTML-escaped, as tokenizer.perl
+    # the apostrophe is HTML-escaped, as tokenizer.perl does
+    assert paper_tokenize("L'homme court.", "fr") == "l&apos; homme court ."
     assert paper_tokenize("L'homme court.") == "l &apos; homme court ."
     assert bleu_lc_tok(["L'homme court."], ["L'homme court."], "fr")[1].endswith("moses-lc-norm-tok:fr")
 
