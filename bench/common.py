@@ -22,13 +22,13 @@ import yaml
 from datasets import DatasetDict
 from pydantic import ValidationError
 
-from pipeline.checkpoint import load_model
-from pipeline.config import ModelConfig, Params, load_params
-from pipeline.data import load_corpus
-from pipeline.errors import ConfigError
-from pipeline.io import write_json, write_text
-from pipeline.model import Transformer
-from pipeline.tokenizer import Tokenizer
+from pipeline.core.config import ModelConfig, Params, load_params
+from pipeline.core.errors import ConfigError
+from pipeline.core.io import write_json, write_text
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.training.checkpoint import load_model
 
 SEED_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the seed tutorial's "tiny"
 WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)

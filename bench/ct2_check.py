@@ -2,7 +2,7 @@
 
     python -m bench.ct2_check [--split test_2016_flickr] [--out models/ct2]
 
-Exports `models/transformer/model.pt` (`pipeline.export`), translates the split's English with our
+Exports `models/transformer/model.pt` (`pipeline.serving.ct2`), translates the split's English with our
 beam search and with CTranslate2 in fp32 and int8 (same beam size, length penalty and length
 limit, from params.yaml `decode`), and prints for each engine: sentences/s, cased sacreBLEU, and
 the share of lines identical to ours. Merges the figures into `reports/bench.json` under `ct2`.
@@ -18,12 +18,12 @@ import datasets
 import torch
 
 from bench.common import command_line, record, timed_result
-from pipeline.config import load_params
-from pipeline.data import load_corpus
-from pipeline.export import ct2_translate, export_ctranslate2, load_translator
-from pipeline.metrics import score
-from pipeline.search import translate
-from pipeline.translator import load_translator as load_ours
+from pipeline.core.config import load_params
+from pipeline.core.metrics import score
+from pipeline.data.multi30k import load_corpus
+from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
+from pipeline.serving.ours import translate
+from pipeline.serving.translator import load_translator as load_ours
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     ours, seconds = timed_result(lambda: translate(loaded.model, loaded.tokenizer, en, cfg))
     rows = {"ours": (ours, seconds)}
     for compute_type in ("float32", "int8"):
-        engine = load_translator(args.out, compute_type, threads)
+        engine = load_ct2(args.out, compute_type, threads)
         rows[f"ct2_{compute_type}"] = timed_result(
             lambda e=engine: ct2_translate(e, loaded.tokenizer, en, cfg)
         )

@@ -14,11 +14,11 @@ CPU), in fp32 as the decode stage does (denormals flushed, as in training), with
 Methods, all text in -> text out (SentencePiece encode/decode included):
   naive_greedy   one sentence at a time, no cache: each step re-runs our model's full `decode`
                  over the whole prefix and takes the argmax of the last position (the seed's way)
-  greedy_cached  `pipeline.search.greedy` via `translate` (beam 1), `decode.batch_size` sentences
+  greedy_cached  `pipeline.model.greedy.greedy` via `translate` (beam 1), `decode.batch_size` sentences
                  per batch, the KV cache
   beam5          `translate` with beam size 5 (length penalty `decode.length_penalty`), batched,
                  the KV cache
-  ct2_fp32_beam5 the same model exported to CTranslate2 (`pipeline.export`), beam 5, the same
+  ct2_fp32_beam5 the same model exported to CTranslate2 (`pipeline.serving.ct2`), beam 5, the same
   ct2_int8_beam5 length penalty value, batches and length limits, fp32 / int8 compute type,
                  as many threads as torch uses (`--no-ct2` leaves them out)
 Sentences are sorted longest first and cut into batches of `decode.batch_size` (as `translate`
@@ -53,12 +53,14 @@ from bench.common import (
     table,
     timed,
 )
-from pipeline.config import DecodeConfig
-from pipeline.device import pick_device
-from pipeline.export import ct2_translate, export_ctranslate2, load_translator
-from pipeline.model import Transformer
-from pipeline.search import batches, max_lengths, translate
-from pipeline.tokenizer import Tokenizer
+from pipeline.core.config import DecodeConfig
+from pipeline.core.device import pick_device
+from pipeline.data.batching import batches
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.greedy import max_lengths
+from pipeline.model.transformer import Transformer
+from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
+from pipeline.serving.ours import translate
 
 Method = Callable[[list[str]], list[str]]
 
@@ -107,7 +109,7 @@ def methods(
         path = export_ctranslate2(model.cpu(), tok, ct2_dir)
         model.to(device)
         for name, compute_type in (("ct2_fp32_beam5", "float32"), ("ct2_int8_beam5", "int8")):
-            translator = load_translator(path, compute_type, torch.get_num_threads())
+            translator = load_ct2(path, compute_type, torch.get_num_threads())
             fns[name] = lambda texts, t=translator: ct2_translate(t, tok, texts, beam_cfg)
     return fns
 

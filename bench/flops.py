@@ -1,4 +1,4 @@
-"""Matmul FLOPs of one training step of `pipeline.model.Transformer`, and this machine's matmul peak.
+"""Matmul FLOPs of one training step of `pipeline.model.transformer.Transformer`, and this machine's matmul peak.
 
 Only matrix multiplies count (2 FLOPs per multiply-add). Training does each forward matmul
 three times (forward, gradient w.r.t. the input, gradient w.r.t. the weight): 3 × 2 = 6 per
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 
 from bench.common import timed
-from pipeline.config import ModelConfig
+from pipeline.core.config import ModelConfig
 
 
 def matmul_weights(cfg: ModelConfig) -> tuple[int, int]:

@@ -256,9 +256,9 @@ def flops_per_target_token(work: Path, params: dict) -> float:
     """Matmul FLOPs of a training step per target token, over the training pairs (Multi30k train
     as the tokenizer encodes it, pairs over `train.max_len` dropped as the train stage does)."""
     from bench.flops import train_step_flops
-    from pipeline.config import ModelConfig
-    from pipeline.data import load_corpus
-    from pipeline.tokenizer import Tokenizer
+    from pipeline.core.config import ModelConfig
+    from pipeline.data.multi30k import load_corpus
+    from pipeline.data.tokenizer import Tokenizer
 
     corpus = load_corpus(work / params["download"]["out_dir"])["train"]
     tok = Tokenizer.load(work / params["tokenizer"]["out_dir"] / "spm.model")
@@ -295,7 +295,7 @@ def training_facts(work: Path, params: dict) -> dict:
 
 def throughput(work: Path, params: dict) -> dict:
     """Training tokens/s, its matmul GFLOP/s and MFU against the peak measured now."""
-    from pipeline.device import pick_device, use_bf16
+    from pipeline.core.device import pick_device, use_bf16
 
     facts = training_facts(work, params)
     optim = params["train"]["optim"]

@@ -3,8 +3,8 @@
     python -m bench.input_check [--split test_2016_flickr]
 
 Translates the split's English three ways in one run: (1) the decode stage's path
-(`pipeline.translator.translate_lines`: sentence splitting, protected spans, casing, one batched
-beam search), (2) the bare batched beam search (`pipeline.search.translate`, no processing), and
+(`pipeline.serving.translator.translate_lines`: sentence splitting, protected spans, casing, one batched
+beam search), (2) the bare batched beam search (`pipeline.serving.ours.translate`, no processing), and
 (3) `mt-translate` reading the file from stdin in a subprocess started from another directory
 (start-up and model loading included). Prints sentences/s of each, the ratio mt-translate / decode
 stage, cased sacreBLEU of (1) and (2), and whether (3)'s lines equal (1)'s. Merges the figures
@@ -24,11 +24,11 @@ import datasets
 import torch
 
 from bench.common import command_line, record, timed_result
-from pipeline.config import load_params
-from pipeline.data import load_corpus
-from pipeline.metrics import score
-from pipeline.search import translate
-from pipeline.translator import load_translator, translate_lines
+from pipeline.core.config import load_params
+from pipeline.core.metrics import score
+from pipeline.data.multi30k import load_corpus
+from pipeline.serving.ours import translate
+from pipeline.serving.translator import load_translator, translate_lines
 
 
 def mt_translate(lines: list[str]) -> list[str]:

@@ -49,13 +49,13 @@ from bench.common import (
     table,
 )
 from bench.train_speed import adam, make_batch, train_step
-from pipeline.batching import Pair, make_batches
-from pipeline.config import DecodeConfig, ModelConfig, OptimConfig
-from pipeline.device import setup
-from pipeline.model import Transformer
-from pipeline.search import translate
-from pipeline.tokenizer import Tokenizer
-from pipeline.train import encode_pairs
+from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
+from pipeline.core.device import setup
+from pipeline.data.batching import Pair, make_batches
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.serving.ours import translate
+from pipeline.training.loop import encode_pairs
 
 
 def peak_rss_mb() -> float:

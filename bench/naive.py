@@ -4,7 +4,7 @@ The seed's style, kept on purpose: separate Q, K, V and output `nn.Linear`s per 
 split by `view`/`transpose`; attention written out (`Q Kᵀ / √E`, `masked_fill(mask == 0, -inf)`,
 softmax, dropout on the weights, `@ V`); a `[B, 1, T, T]` target mask (padding & causal) built
 at every forward; positions from a precomputed `[max_len, D]` buffer. The architecture follows
-the same `ModelConfig` as `pipeline.model.Transformer` (tied embeddings × √D, post- or pre-norm),
+the same `ModelConfig` as `pipeline.model.transformer.Transformer` (tied embeddings × √D, post- or pre-norm),
 so one training step does the same math; `from_ours` copies our weights into it.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, E = D / H.
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.common import copy_embeddings
-from pipeline.config import ModelConfig
-from pipeline.model import Transformer
+from pipeline.core.config import ModelConfig
+from pipeline.model.transformer import Transformer
 
 
 def position_table(max_len: int, d_model: int) -> Tensor:

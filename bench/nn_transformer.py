@@ -1,6 +1,6 @@
 """A speed baseline: our architecture built on `torch.nn.Transformer`.
 
-Same `ModelConfig` as `pipeline.model.Transformer`: batch-first, post-norm (or pre-norm with
+Same `ModelConfig` as `pipeline.model.transformer.Transformer`: batch-first, post-norm (or pre-norm with
 the final LayerNorms, as ours), the same d_model / heads / layers / d_ff / dropout (attention
 dropout set to `attn_dropout`), tied embeddings × √D plus the same sinusoidal positions, source
 padding as `src_key_padding_mask` / `memory_key_padding_mask` (True = pad, PyTorch's convention)
@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from bench.common import copy_embeddings
-from pipeline.config import ModelConfig
-from pipeline.model import MultiHeadAttention, Transformer, sinusoid_positions
+from pipeline.core.config import ModelConfig
+from pipeline.model.transformer import MultiHeadAttention, Transformer, sinusoid_positions
 
 
 class TorchTransformer(nn.Module):

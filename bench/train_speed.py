@@ -12,7 +12,7 @@ are used, the same ones for every model.
 Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest of
 `train.model`; 'wu_tiny' = Wu et al.'s D=128, H=4, 4+4 layers, d_ff=256; 'default' =
 `train.model`), all starting from the same weights:
-  ours            `pipeline.model.Transformer`, in the trainer's precision
+  ours            `pipeline.model.transformer.Transformer`, in the trainer's precision
   nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
   naive           `bench.naive` (the seed's style), same precision
   ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`); by default only where bf16 is
@@ -23,7 +23,7 @@ Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest 
   ours_compiled  with `--compile`, for the headline config only: ours under
                  `torch.compile(dynamic=True)` (inductor). Its first step includes the
                  compilation; `compile_s` = that step minus its median step
-The trainer's precision is `pipeline.device.use_bf16(device, train.optim.precision)`.
+The trainer's precision is `pipeline.core.device.use_bf16(device, train.optim.precision)`.
 
 A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
 clipping, Adam step (the batch is collated onto the device first, untimed). The models take turns
@@ -71,11 +71,11 @@ from bench.common import (
     timed,
 )
 from bench.flops import matmul_peak_gflops, train_step_flops
-from pipeline.batching import Pair, collate, make_batches
-from pipeline.config import ModelConfig, OptimConfig
-from pipeline.device import autocast, setup, use_bf16
-from pipeline.model import Transformer
-from pipeline.train import encode_pairs, label_smoothed_loss
+from pipeline.core.config import ModelConfig, OptimConfig
+from pipeline.core.device import autocast, setup, use_bf16
+from pipeline.data.batching import Pair, collate, make_batches
+from pipeline.model.transformer import Transformer
+from pipeline.training.loop import encode_pairs, label_smoothed_loss
 
 
 class Batch(NamedTuple):

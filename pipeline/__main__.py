@@ -1,10 +1,10 @@
-"""`python -m pipeline translate ...`: see pipeline/cli.py."""
+"""`python -m pipeline translate ...`: see pipeline/ops/cli.py."""
 
 from __future__ import annotations
 
 import sys
 
-from pipeline.cli import console
+from pipeline.ops.cli import console
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "translate":

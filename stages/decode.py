@@ -2,7 +2,7 @@
 
 Usage: `python -m stages.decode MODEL TIME_MACHINE_TSV TRANSLATIONS_DIR TIME_MACHINE_MD RUN_ID_FILE`.
 Reads params `decode`, `train.max_len`, `download`, `tokenizer.out_dir`, `mlflow`. Translates
-through `pipeline.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
+through `pipeline.serving.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
 files (splits the target language lacks are skipped, with a message); the time-machine table only for
 German (the seed's outputs are German; otherwise the file says so). When RUN_ID_FILE names an MLflow
 run, logs them and registers the pyfunc with the alias `candidate`.
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import datasets
 
-from pipeline import translations as tr
-from pipeline.config import load_params
-from pipeline.data import load_corpus, skipped_splits
-from pipeline.device import pick_device
-from pipeline.errors import run_main
-from pipeline.io import write_text
-from pipeline.tracking import run_of
-from pipeline.translator import load_translator, translate_lines
+from pipeline.core.config import load_params
+from pipeline.core.device import pick_device
+from pipeline.core.errors import run_main
+from pipeline.core.io import write_text
+from pipeline.data import translations as tr
+from pipeline.data.multi30k import load_corpus, skipped_splits
+from pipeline.serving.translator import load_translator, translate_lines
+from pipeline.tracking.runs import run_of
 
 
 def main(
@@ -44,7 +44,7 @@ def main(
     write_text(time_machine_md, time_machine(loaded, time_machine_tsv, params))
     tracker = run_of(run_id_file, params.mlflow.enabled)
     if tracker.run_id:
-        from pipeline.registry import log_translator  # imports mlflow: only when tracking
+        from pipeline.serving.pyfunc import log_translator  # imports mlflow: only when tracking
 
         tracker.log_artifact(time_machine_md, "reports")
         for split in splits:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import datasets
 
-from pipeline.config import load_params
-from pipeline.data import build_corpus, resolve_sources, skipped_splits
-from pipeline.errors import run_main
+from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
+from pipeline.data.multi30k import build_corpus, resolve_sources, skipped_splits
 
 
 def main() -> None:

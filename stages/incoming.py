@@ -2,7 +2,7 @@
 
 Usage: `python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON` (dvc.yaml passes the
 paths). Reads the corpus at `download.out_dir`; validates every `*.tsv` in INCOMING_DIR
-(`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.incoming`), drops pairs that leak val/test sentences and duplicates,
+(`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.data.incoming`), drops pairs that leak val/test sentences and duplicates,
 and writes MERGED_JSONL (train pairs, then the new ones) and COUNTS_JSON (files, pairs_read,
 dropped_leak, dropped_dup, added, train_pairs). An absent or empty INCOMING_DIR gives exactly the
 train split. A bad file is a one-line error and nothing is written.
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import datasets
 
-from pipeline.config import load_params
-from pipeline.data import TRAIN_SPLIT, load_corpus
-from pipeline.errors import run_main
-from pipeline.incoming import merge_folder, write_merged
-from pipeline.io import write_json
+from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
+from pipeline.core.io import write_json
+from pipeline.data.incoming import merge_folder, write_merged
+from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 
 def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:

@@ -3,7 +3,7 @@
 Usage: `python -m stages.report` followed by the paths `ARGS` names, in that order (dvc.yaml
 passes them). Reads params `decode`, `train`, `download.out_dir` and `tokenizer.out_dir`.
 TRAIN_FACTS, SCORE_FACTS and MLFLOW_RUN_ID may be absent. Writes REPORT_MD and the PNGs in
-FIGURES_DIR (`pipeline.report`), including the robustness section (`pipeline.robustness`).
+FIGURES_DIR (`pipeline.ops.report`), including the robustness section (`pipeline.ops.robustness`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import datasets
 
-from pipeline import report
-from pipeline.config import load_params
-from pipeline.data import skipped_splits
-from pipeline.device import pick_device
-from pipeline.errors import run_main
-from pipeline.translator import load_translator
+from pipeline.core.config import load_params
+from pipeline.core.device import pick_device
+from pipeline.core.errors import run_main
+from pipeline.data.multi30k import skipped_splits
+from pipeline.ops import report
+from pipeline.serving.translator import load_translator
 
 ARGS = ("model", "time_machine", "translations", "scores", "score_facts", "train_log", "train_summary",
         "train_facts", "mlflow_run_id", "robustness", "report_md", "figures")  # fmt: skip

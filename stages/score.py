@@ -1,5 +1,5 @@
 """DVC stage `score`: cased sacreBLEU BLEU, chrF and the paper-comparable `bleu_lc_tok` of the
-`decode` stage's translations (`pipeline.metrics`).
+`decode` stage's translations (`pipeline.core.metrics`).
 
 Usage: `python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE`. Writes
 `SCORES_DIR/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and SCORE_FACTS_JSON, their
@@ -15,13 +15,12 @@ from pathlib import Path
 
 import datasets
 
-from pipeline.config import load_params
-from pipeline.data import load_corpus, skipped_splits
-from pipeline.errors import DataError, run_main
-from pipeline.io import write_json
-from pipeline.metrics import split_scores
-from pipeline.tracking import flatten, run_of
-from pipeline.translations import (
+from pipeline.core.config import load_params
+from pipeline.core.errors import DataError, run_main
+from pipeline.core.io import write_json
+from pipeline.core.metrics import split_scores
+from pipeline.data.multi30k import load_corpus, skipped_splits
+from pipeline.data.translations import (
     EVAL_SPLITS,
     read_lines,
     scores_path,
@@ -29,6 +28,7 @@ from pipeline.translations import (
     write_absent,
     write_scores,
 )
+from pipeline.tracking.runs import flatten, run_of
 
 
 def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file: Path) -> None:
@@ -55,7 +55,7 @@ def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file
     for path in [*(scores_path(scores_dir, split) for split in metrics), facts_json]:
         tracker.log_artifact(path, "reports")
     if tracker.run_id:
-        from pipeline.registry import tag_candidate  # imports mlflow: only when tracking
+        from pipeline.tracking.registry import tag_candidate  # imports mlflow: only when tracking
 
         version = tag_candidate(params.mlflow.model_name, tracker.run_id, flat)
         if version:

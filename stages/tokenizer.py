@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 from datasets import DatasetDict
 
-from pipeline.config import load_params
-from pipeline.data import SRC_LANG, TRAIN_SPLIT, load_corpus
-from pipeline.errors import run_main
-from pipeline.tokenizer import Tokenizer, train_tokenizer
+from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
+from pipeline.data.multi30k import SRC_LANG, TRAIN_SPLIT, load_corpus
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
 
 
 def train_sentences(corpus: DatasetDict, tgt_lang: str = "de") -> Iterator[str]:

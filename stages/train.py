@@ -2,7 +2,7 @@
 
 Writes `model.pt` and checkpoints, the validation log, metrics, facts and the MLflow run id (`train.*`);
 continues from `last.pt` when the run's identity is unchanged; `train.init_from: champion` starts from the
-champion's weights (`pipeline.warm_start`); above one process it relaunches itself under torchrun.
+champion's weights (`pipeline.training.warm_start`); above one process it relaunches itself under torchrun.
 """
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ from pathlib import Path
 
 import datasets
 
-from pipeline import checkpoint, distributed, tracking, warm_start
-from pipeline import device as dev
-from pipeline import train as training
-from pipeline.config import load_params
-from pipeline.data import load_corpus
-from pipeline.errors import run_main
-from pipeline.incoming import read_training_set
-from pipeline.io import write_json
-from pipeline.tokenizer import Tokenizer
+from pipeline.core import device as dev
+from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
+from pipeline.core.io import write_json
+from pipeline.data.incoming import read_training_set
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.tracking import runs as tracking
+from pipeline.training import checkpoint, distributed, warm_start
+from pipeline.training import loop as training
 
 
 def main() -> None:

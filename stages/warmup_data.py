@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import datasets
 
-from pipeline.config import load_params
-from pipeline.data import save_dataset_dict
-from pipeline.errors import run_main
-from pipeline.warmup import build_warmup_dataset, split_numbers
+from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
+from pipeline.data.multi30k import save_dataset_dict
+from pipeline.data.warmup import build_warmup_dataset, split_numbers
 
 
 def main() -> None:

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import datasets
 
-from pipeline import checkpoint
-from pipeline import device as dev
-from pipeline.config import load_params
-from pipeline.data import load_corpus
-from pipeline.errors import PipelineError, run_main
-from pipeline.io import write_json
-from pipeline.train import RunContext, data_id, new_model, summary, train
-from pipeline.warmup import WarmupVocab, encode, exact_match_validation
+from pipeline.core import device as dev
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, run_main
+from pipeline.core.io import write_json
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.warmup import WarmupVocab, encode
+from pipeline.training import checkpoint
+from pipeline.training.loop import RunContext, data_id, new_model, summary, train
+from pipeline.training.validation import Validation, exact_match
 
 
 def main() -> None:
@@ -27,8 +28,17 @@ def main() -> None:
     params = load_params()
     cfg, data, vocab = params.warmup_train, load_corpus(params.warmup_data.out_dir), WarmupVocab()
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
-    val, test = (
-        exact_match_validation(data[s], vocab, params.decode, cfg.optim.max_tokens, device)
+    val, test = (  # loss, and the exact match of greedy outputs
+        Validation(
+            encode(data[s], vocab),
+            list(data[s]["tgt"]),
+            vocab.decode,
+            "val_exact_match",
+            exact_match,
+            params.decode,
+            cfg.optim.max_tokens,
+            device,
+        )  # fmt: skip
         for s in ("val", "test")
     )
     pairs = encode(data["train"], vocab)
@@ -36,13 +46,13 @@ def main() -> None:
     model = new_model(cfg.model, vocab.vocab_size, vocab.pad_id, cfg.optim.seed)
     progress = train(model, pairs, val, cfg.optim, run)
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
-    exact_match = test.score(checkpoint.build_model(state))
+    test_match = test.score(checkpoint.build_model(state))
     s = summary(progress)
-    write_json(cfg.metrics_json, {"exact_match": exact_match, "steps": s["steps"], "minutes": s["minutes"]})
+    write_json(cfg.metrics_json, {"exact_match": test_match, "steps": s["steps"], "minutes": s["minutes"]})
     write_json(cfg.facts_json, {"threshold": cfg.threshold, "final_model": choice})
-    print(f"warmup_train: test exact match {exact_match:.4f} (threshold {cfg.threshold})")
-    if exact_match < cfg.threshold:
-        raise PipelineError(f"warmup gate failed: test exact match {exact_match:.4f} < {cfg.threshold}")
+    print(f"warmup_train: test exact match {test_match:.4f} (threshold {cfg.threshold})")
+    if test_match < cfg.threshold:
+        raise PipelineError(f"warmup gate failed: test exact match {test_match:.4f} < {cfg.threshold}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def one_torch_thread():
 @pytest.fixture
 def losses(monkeypatch) -> list[float]:
     """The loss of every optimizer step taken in this test, in order."""
-    from pipeline import train as train_module
+    from pipeline.training import loop as train_module
 
     seen, step = [], train_module.train_step
 

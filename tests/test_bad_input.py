@@ -18,14 +18,14 @@ import pytest
 import torch
 from toy_train import pairs, toy_run  # tests/ is on sys.path (pytest rootdir-less import)
 
-from pipeline import checkpoint
-from pipeline import train as train_module
-from pipeline.cli import main as translate_main
-from pipeline.config import ModelConfig, TokenizerConfig
-from pipeline.data import build_corpus
-from pipeline.errors import run_main
-from pipeline.model import Transformer
-from pipeline.tokenizer import Tokenizer, train_tokenizer
+from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.core.errors import run_main
+from pipeline.data.multi30k import build_corpus
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.ops.cli import main as translate_main
+from pipeline.training import checkpoint
+from pipeline.training import loop as train_module
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD_EN = ["A dog runs.", "Two men talk.", "A girl sings."]

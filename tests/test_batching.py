@@ -2,7 +2,7 @@ import random
 
 import torch
 
-from pipeline.batching import batch_tokens, collate, make_batches
+from pipeline.data.batching import batch_tokens, collate, make_batches
 
 
 def random_pairs(n: int, seed: int = 0) -> list:

@@ -17,10 +17,10 @@ from datasets import Dataset, DatasetDict
 from bench import decode_speed, memory, naive, nn_transformer, train_speed
 from bench.common import record
 from bench.flops import matmul_weights, train_step_flops
-from pipeline.config import ModelConfig, TokenizerConfig
-from pipeline.data import save_dataset_dict
-from pipeline.model import Transformer
-from pipeline.tokenizer import train_tokenizer
+from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.data.multi30k import save_dataset_dict
+from pipeline.data.tokenizer import train_tokenizer
+from pipeline.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import checkpoint
-from pipeline.config import ModelConfig
-from pipeline.errors import CheckpointError
-from pipeline.model import Transformer
+from pipeline.core.config import ModelConfig
+from pipeline.core.errors import CheckpointError
+from pipeline.model.transformer import Transformer
+from pipeline.training import checkpoint
 
 TINY = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)
 
@@ -37,7 +37,7 @@ class Touch:
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     evil, marker = tmp_path / "evil.pt", tmp_path / "pwned"
     torch.save({**tiny_weights(0), "extra": Touch(str(marker))}, evil)
-    code = f"from pipeline.checkpoint import load_model; from pipeline.errors import run_main; run_main(lambda: load_model({str(evil)!r}))"
+    code = f"from pipeline.training.checkpoint import load_model; from pipeline.core.errors import run_main; run_main(lambda: load_model({str(evil)!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: {evil}: refused: ") and done.stderr.count("\n") == 1, done.stderr

@@ -11,18 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline import checkpoint
-from pipeline.batching import pad
-from pipeline.cli import DEFAULT_CHECKPOINT, DEFAULT_PARAMS
-from pipeline.cli import main as translate_main
-from pipeline.config import DecodeConfig, ModelConfig, TokenizerConfig
-from pipeline.errors import CheckpointError, ConfigError
-from pipeline.model import Transformer
-from pipeline.robustness import longest_run, pass_rate, read_table, uppercase_bleu
-from pipeline.textproc import protect_pair
-from pipeline.tokenizer import Tokenizer, train_tokenizer
-from pipeline.tracking import repo_root
-from pipeline.translator import Loaded, load_translator, translate_lines
+from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
+from pipeline.core.errors import CheckpointError, ConfigError
+from pipeline.data.batching import pad
+from pipeline.data.placeholders import protect_pair
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.ops.cli import DEFAULT_CHECKPOINT, DEFAULT_PARAMS
+from pipeline.ops.cli import main as translate_main
+from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
+from pipeline.serving.translator import Loaded, load_translator, translate_lines
+from pipeline.tracking.runs import repo_root
+from pipeline.training import checkpoint
 
 TABLE = Path(__file__).parent / "robustness.tsv"
 TINY = ModelConfig(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0)
@@ -143,7 +143,7 @@ def test_one_loader_checks_special_ids(files, tmp_path) -> None:
 
 def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_path) -> None:
     """`--engine ctranslate2` goes through the same processing; greedy decoding is identical."""
-    from pipeline.export import export_ctranslate2
+    from pipeline.serving.ct2 import export_ctranslate2
 
     export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2")
     lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]

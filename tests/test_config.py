@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import Params, load_params
-from pipeline.errors import ConfigError
+from pipeline.core.config import Params, load_params
+from pipeline.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
 
 @pytest.mark.parametrize("section", ["warmup_train", "train"])
 def test_defaults_agree_with_params_yaml(section):
-    """One source of truth: a default in pipeline/config.py never contradicts params.yaml."""
+    """One source of truth: a default in pipeline/core/config.py never contradicts params.yaml."""
     in_file = leaves(yaml.safe_load((REPO / "params.yaml").read_text())[section])
     defaults = leaves(Params().model_dump()[section])
     shared = in_file.keys() & defaults.keys()

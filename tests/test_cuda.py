@@ -1,6 +1,6 @@
 """The CUDA paths, run on a GPU (all skipped without one; `bench/gpu_check.sh` runs them there).
 
-- the fused attention kernel (`F.scaled_dot_product_attention`, which `pipeline.model.attention`
+- the fused attention kernel (`F.scaled_dot_product_attention`, which `pipeline.model.transformer.attention`
   calls on CUDA) against the explicit math, for every mask kind, in fp32 and bf16;
 - training steps under bf16 autocast: finite, and the loss falls;
 - a checkpoint written on CUDA loads on the CPU and decodes the same;
@@ -24,12 +24,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline import checkpoint
-from pipeline.batching import collate
-from pipeline.config import ModelConfig
-from pipeline.device import autocast, use_bf16
-from pipeline.model import Transformer, attention, attention_explicit
-from pipeline.search import beam_search, greedy
+from pipeline.core.config import ModelConfig
+from pipeline.core.device import autocast, use_bf16
+from pipeline.data.batching import collate
+from pipeline.model.beam import beam_search
+from pipeline.model.greedy import greedy
+from pipeline.model.transformer import Transformer, attention, attention_explicit
+from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -241,12 +242,12 @@ def test_ddp_over_nccl_matches_one_process(tmp_path):
 
 def ddp_worker(out_dir: Path) -> None:
     """One rank: DDP over NCCL on its own GPU, each rank its share of every step's global batch,
-    the loss normalised by the global token count (as `pipeline.train` does); rank 0 then trains
+    the loss normalised by the global token count (as `pipeline.training.loop` does); rank 0 then trains
     the same start weights on the whole batches alone. Writes rank<r>.pt (flat weights),
     rank<r>.json and reference.pt."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from pipeline import distributed
+    from pipeline.training import distributed
 
     torch.set_float32_matmul_precision("highest")
     world, device = distributed.init(torch.device("cuda"))

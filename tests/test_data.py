@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.data import (
+from pipeline.core.errors import DataError
+from pipeline.data.multi30k import (
     CANONICAL_BASE_URL,
     EXPECTED_COUNTS,
     MIRROR_ENV,
@@ -24,7 +25,6 @@ from pipeline.data import (
     load_corpus,
     resolve_sources,
 )
-from pipeline.errors import DataError
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", Path(__file__).resolve().parents[2] / "shared" / "multi30k"))
 GOOD = {
@@ -159,7 +159,7 @@ def test_fetches_from_a_url_mirror(tmp_path: Path, http_source: str, monkeypatch
 
 def test_url_with_wrong_sum_is_a_data_error(tmp_path: Path, http_source: str, monkeypatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    monkeypatch.setattr("pipeline.data.URL_RETRIES", 0)
+    monkeypatch.setattr("pipeline.data.multi30k.URL_RETRIES", 0)
     sums = write_source(tmp_path / "src", GOOD)
     sums["train.en.gz"] = "f" * 64
     with pytest.raises(DataError, match=r"train\.en\.gz: no valid copy found \(http://127\.0\.0\.1"):

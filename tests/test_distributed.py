@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import DistConfig
-from pipeline.distributed import torchrun_command
+from pipeline.core.config import DistConfig
+from pipeline.training.distributed import torchrun_command
 
 SCRIPT = Path(__file__).with_name("toy_ddp.py")
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}

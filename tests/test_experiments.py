@@ -1,8 +1,8 @@
-"""The study table from `dvc exp show --json` records (pipeline/experiments.py)."""
+"""The study table from `dvc exp show --json` records (pipeline/ops/experiments.py)."""
 
 from __future__ import annotations
 
-from pipeline.experiments import markdown, rows
+from pipeline.ops.experiments import markdown, rows
 
 
 def record(name: str, minutes: float, dropout: float, val_bleu: float) -> dict:

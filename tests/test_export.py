@@ -9,14 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline import export
-from pipeline.batching import pad
-from pipeline.checkpoint import save, weights
-from pipeline.config import DecodeConfig, ModelConfig, TokenizerConfig
-from pipeline.errors import ConfigError
-from pipeline.model import Transformer
-from pipeline.search import greedy, translate
-from pipeline.tokenizer import Tokenizer, train_tokenizer
+from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
+from pipeline.core.errors import ConfigError
+from pipeline.data.batching import pad
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.model.greedy import greedy
+from pipeline.model.transformer import Transformer
+from pipeline.ops import export as export_command
+from pipeline.serving import ct2 as export
+from pipeline.serving.ours import translate
+from pipeline.training.checkpoint import save, weights
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -63,7 +65,7 @@ def exported(tok: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 )
 def test_exported_model_scores_like_ours(tok: Tokenizer, tmp_path: Path, kw: dict) -> None:
     model = tiny_model(tok.vocab_size, **kw)
-    translator = export.load_translator(export.export_ctranslate2(model, tok, tmp_path / "m"), "float32")
+    translator = export.load_ct2(export.export_ctranslate2(model, tok, tmp_path / "m"), "float32")
     src_ids = [tok.encode(s) for s in SENTENCES if s]
     tgt_ids = [tok.encode(s)[: 3 + i] for i, s in enumerate(reversed(SENTENCES)) if s]
     results = translator.score_batch(
@@ -81,7 +83,7 @@ def test_exported_model_scores_like_ours(tok: Tokenizer, tmp_path: Path, kw: dic
 def test_ct2_greedy_equals_ours(tok: Tokenizer, exported: tuple[Transformer, Path]) -> None:
     model, path = exported
     cfg = DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=4, batch_size=2)
-    got = export.ct2_translate(export.load_translator(path, "float32"), tok, SENTENCES, cfg)
+    got = export.ct2_translate(export.load_ct2(path, "float32"), tok, SENTENCES, cfg)
     want = translate(model, tok, SENTENCES, cfg)
     assert got == want and got[2] == ""
     ids = greedy(model, pad([tok.encode(s) + [3] for s in SENTENCES if s], 0), 2, 3, 1.0, 4)
@@ -92,7 +94,7 @@ def test_ct2_beam_runs_and_int8_loads(tok: Tokenizer, exported: tuple[Transforme
     _, path = exported
     cfg = DecodeConfig(beam_size=4, length_penalty=0.6, max_len_a=1.0, max_len_b=4, batch_size=8)
     for compute_type in ("float32", "int8"):
-        out = export.ct2_translate(export.load_translator(path, compute_type), tok, SENTENCES, cfg)
+        out = export.ct2_translate(export.load_ct2(path, compute_type), tok, SENTENCES, cfg)
         assert len(out) == len(SENTENCES) and out[2] == "" and all(o for i, o in enumerate(out) if i != 2)
 
 
@@ -119,6 +121,8 @@ def test_export_command_writes_a_model(tok: Tokenizer, spm_path: Path, tmp_path:
     checkpoint = tmp_path / "model.pt"
     save(checkpoint, weights(model))
     out = tmp_path / "ct2"
-    export.main(["ctranslate2", "--checkpoint", str(checkpoint), "--spm", str(spm_path), "--out", str(out)])
+    export_command.main(
+        ["ctranslate2", "--checkpoint", str(checkpoint), "--spm", str(spm_path), "--out", str(out)]
+    )
     cfg = DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
     assert export.ct2_translate(out, tok, SENTENCES, cfg) == translate(model, tok, SENTENCES, cfg)

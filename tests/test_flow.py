@@ -13,8 +13,8 @@ import pytest
 import yaml
 from datasets import Dataset, DatasetDict
 
-from pipeline.data import save_dataset_dict
-from pipeline.flow import deployment, describe_case, main
+from pipeline.data.multi30k import save_dataset_dict
+from pipeline.ops.flow import deployment, describe_case, main
 
 REPO = Path(__file__).resolve().parents[1]
 COUNTS = {"files": 1, "pairs_read": 3, "dropped_leak": 1, "dropped_dup": 0, "added": 2, "train_pairs": 5}
@@ -100,7 +100,7 @@ def tiny_repo(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_flow_retrains_only_on_new_data(tiny_repo: Path, harness, monkeypatch) -> None:
-    from pipeline.flow import pipeline_flow
+    from pipeline.ops.flow import pipeline_flow
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     first = pipeline_flow(repo=str(tiny_repo))
@@ -124,7 +124,7 @@ def test_flow_retrains_only_on_new_data(tiny_repo: Path, harness, monkeypatch) -
 
 @pytest.mark.slow
 def test_flow_fails_on_a_bad_incoming_file(tiny_repo: Path, harness, monkeypatch) -> None:
-    from pipeline.flow import pipeline_flow
+    from pipeline.ops.flow import pipeline_flow
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     bad = tiny_repo / "data/incoming/zz_bad.tsv"

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from datasets import Dataset, DatasetDict
 
-from pipeline.data import save_dataset_dict
-from pipeline.errors import DataError
-from pipeline.incoming import incoming_files, merge, read_incoming, read_merged, write_merged
+from pipeline.core.errors import DataError
+from pipeline.data.incoming import incoming_files, merge, read_incoming, read_merged, write_merged
+from pipeline.data.multi30k import save_dataset_dict
 from stages import incoming as stage
 
 TRAIN = {

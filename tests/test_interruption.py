@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import checkpoint
+from pipeline.training import checkpoint
 
 SCRIPT = Path(__file__).with_name("toy_train.py")
 

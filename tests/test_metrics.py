@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from pipeline.errors import DataError
-from pipeline.metrics import bleu_lc_tok, paper_tokenize, score, sentence_chrf, split_scores
+from pipeline.core.errors import DataError
+from pipeline.core.metrics import bleu_lc_tok, paper_tokenize, score, sentence_chrf, split_scores
 
 REFS = [
     "Ein Mann führt seinen Hund im Park spazieren.",
@@ -105,8 +105,8 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
     import yaml
     from datasets import Dataset, DatasetDict
 
-    from pipeline.data import save_dataset_dict
-    from pipeline.translations import read_scores, translation_path
+    from pipeline.data.multi30k import save_dataset_dict
+    from pipeline.data.translations import read_scores, translation_path
     from stages import score as stage
 
     cs = ["Muž jde se psem.", "Dvě děti si hrají."]

@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy_ref as ref  # tests/ is on sys.path (pytest rootdir-less import)
 import pytest
 import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 from torch import nn
 
-from pipeline import numpy_ref as ref
-from pipeline.config import ModelConfig
-from pipeline.model import (
+from pipeline.core.config import ModelConfig
+from pipeline.model.transformer import (
     DecoderLayer,
     Dropout,
     EncoderLayer,

@@ -4,8 +4,7 @@ reference and the torch model cannot hide behind their agreement."""
 from __future__ import annotations
 
 import numpy as np
-
-from pipeline import numpy_ref as ref
+import numpy_ref as ref  # tests/ is on sys.path (pytest rootdir-less import)
 
 
 def test_softmax_known_values_and_masking():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import PromotionConfig, load_params
-from pipeline.errors import ConfigError, PipelineError
-from pipeline.promotion import (
+from pipeline.core.config import PromotionConfig, load_params
+from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.ops.promotion import (
     ROLLED_BACK_TAG,
     paired_bootstrap,
     promote,
@@ -72,7 +72,7 @@ def test_worse_candidate_never_wins_however_small_p() -> None:
 
 
 def test_scores_are_sacrebleu_corpus_bleu() -> None:
-    from pipeline.metrics import score
+    from pipeline.core.metrics import score
 
     cmp = paired_bootstrap(REFS, CHAMPION, CLEARLY_BETTER, n_samples=50)
     assert cmp.champion_bleu == pytest.approx(score(CHAMPION, REFS)["bleu"])
@@ -99,7 +99,7 @@ def test_config_section_defaults_and_errors(tmp_path: Path) -> None:
 def registry(tmp_path: Path, monkeypatch):
     """A temporary MLflow database; returns add(hyps) -> version registered as `candidate`."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from pipeline import tracking
+    from pipeline.tracking import runs as tracking
 
     client, name = tracking.client(), "test-translator"
     exp = tracking.experiment_id("promotion-test")

@@ -14,15 +14,16 @@ import yaml
 from datasets import Dataset, DatasetDict
 from matplotlib.image import imread
 
-from pipeline import checkpoint
-from pipeline.attention_maps import attention_map, cross_attention
-from pipeline.batching import pad
-from pipeline.config import ModelConfig, TokenizerConfig
-from pipeline.data import save_dataset_dict
-from pipeline.errors import DataError
-from pipeline.metrics import score, split_scores
-from pipeline.model import Transformer
-from pipeline.report import (
+from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.core.errors import DataError
+from pipeline.core.metrics import score, split_scores
+from pipeline.data.batching import pad
+from pipeline.data.multi30k import save_dataset_dict
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.data.translations import read_scores, translation_path, write_scores
+from pipeline.model.attention_maps import attention_map, cross_attention
+from pipeline.model.transformer import Transformer
+from pipeline.ops.report import (
     ATTENTION_FIGSIZE,
     DPI,
     FIGSIZE,
@@ -32,8 +33,7 @@ from pipeline.report import (
     read_run_id,
     seed_style,
 )
-from pipeline.tokenizer import Tokenizer, train_tokenizer
-from pipeline.translations import read_scores, translation_path, write_scores
+from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)

@@ -9,20 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.batching import pad
-from pipeline.config import DecodeConfig, ModelConfig
-from pipeline.model import Transformer
-from pipeline.search import (
-    Hypothesis,
-    beam_search,
-    beam_search_n_best,
-    gnmt_length_penalty,
-    greedy,
-    max_lengths,
-    topk_stable,
-    translate,
-    translate_n_best,
-)
+from pipeline.core.config import DecodeConfig, ModelConfig
+from pipeline.data.batching import pad
+from pipeline.model.beam import Hypothesis, beam_search, beam_search_n_best, gnmt_length_penalty, topk_stable
+from pipeline.model.greedy import greedy, max_lengths
+from pipeline.model.transformer import Transformer
+from pipeline.serving.ours import translate, translate_n_best
 
 PAD, UNK, BOS, EOS, A, B, C = range(7)
 V = 7

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.tracking import flatten
+from pipeline.tracking.runs import flatten
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))
@@ -119,7 +119,7 @@ def tracked(smoke, monkeypatch_module):
     """(MlflowClient, the train stage's run) of the smoke DAG."""
     work, env, _ = smoke
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])
-    from pipeline import tracking
+    from pipeline.tracking import runs as tracking
 
     client = tracking.client()
     run_id = (work / "reports/mlflow_run_id.txt").read_text().strip()
@@ -159,8 +159,8 @@ def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
 def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     import mlflow
 
-    from pipeline.config import load_params
-    from pipeline.translator import load_translator, translate_lines
+    from pipeline.core.config import load_params
+    from pipeline.serving.translator import load_translator, translate_lines
 
     work, client, run = smoke[0], *tracked
     version = client.get_model_version_by_alias(MODEL_NAME, "candidate")
@@ -175,7 +175,7 @@ def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
 
 
 def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, harness, monkeypatch):
-    from pipeline.flow import pipeline_flow, stage_names
+    from pipeline.ops.flow import pipeline_flow, stage_names
 
     work, env, _ = smoke
     monkeypatch.setenv("PATH", env["PATH"])
@@ -191,7 +191,7 @@ def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, harness, monke
 
 
 def test_flow_fails_with_the_stage_error(smoke, harness, monkeypatch, tmp_path):
-    from pipeline.flow import pipeline_flow
+    from pipeline.ops.flow import pipeline_flow
 
     work, env, _ = smoke
     broken = tmp_path / "repo"

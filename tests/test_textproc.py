@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import textproc as tp
-from pipeline.config import TokenizerConfig
-from pipeline.tokenizer import Tokenizer, train_tokenizer
+from pipeline.core.config import TokenizerConfig
+from pipeline.data import placeholders as ph
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.serving import textproc as tp
 
 CORPUS = (
     [f"a man walks {w} in the park with two dogs." for w in ("fast", "slowly", "home")] * 60
@@ -26,7 +27,7 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
 def test_placeholders_are_single_pieces_that_survive_normalisation(tok: Tokenizer) -> None:
     text = "｟1｠ men at ｟2｠pm, ｟9｠."
     assert tok.decode(tok.encode(text)) == text
-    for mark in tp.PLACEHOLDERS:
+    for mark in ph.PLACEHOLDERS:
         assert mark in tok.id_to_piece(tok.encode(mark))
 
 
@@ -34,7 +35,7 @@ def test_protect_and_restore_round_trip(tok: Tokenizer) -> None:
     line = "A man holds 3 balloons at 5:30 and 2.5 kg, see www.example.com or a.b@example.org 東京 ☕."
     protected, spans = tp.protect(line, lambda ch: tok.unk_id not in tok.encode(ch))
     assert spans == ["3", "5:30", "2.5", "www.example.com", "a.b@example.org", "東京 ☕"]
-    rest = tp.PLACEHOLDER_RE.sub("", protected)
+    rest = ph.PLACEHOLDER_RE.sub("", protected)
     assert not any(s in rest for s in spans) and protected.count("｟") == 6
     assert tp.restore(protected, spans) == line
 
@@ -81,21 +82,21 @@ def test_collapse_repeats() -> None:
 
 
 def test_protect_pair_digits_and_number_words() -> None:
-    en, de = tp.protect_pair("A man holds 3 balloons at 5:30.", "Ein Mann hält 3 Ballons um 5:30.")
+    en, de = ph.protect_pair("A man holds 3 balloons at 5:30.", "Ein Mann hält 3 Ballons um 5:30.")
     assert (en, de) == ("A man holds ｟1｠ balloons at ｟2｠.", "Ein Mann hält ｟1｠ Ballons um ｟2｠.")
-    en, de = tp.protect_pair("Room 12 has 4 beds.", "Zimmer 12 hat vier Betten.")  # 4 not on both sides
+    en, de = ph.protect_pair("Room 12 has 4 beds.", "Zimmer 12 hat vier Betten.")  # 4 not on both sides
     assert en == "Room ｟1｠ has 4 beds." and de == "Zimmer ｟1｠ hat vier Betten."
     pairs = [(f"Two men play game {i}.", f"Zwei Männer spielen Spiel {i}.") for i in range(2000)]
-    done = [tp.protect_pair(e, d) for e, d in pairs]
+    done = [ph.protect_pair(e, d) for e, d in pairs]
     words = [(e, d) for e, d in done if e.startswith("｟2｠ men") and d.startswith("｟2｠ Männer")]
     assert 0.25 < len(words) / len(pairs) < 0.35
-    assert done == [tp.protect_pair(e, d) for e, d in pairs]  # deterministic
-    assert tp.protect_pair("Two men and three dogs.", "Zwei Männer und drei Hunde.")[0].startswith("Two")
-    assert tp.protect_pair("Two men.", "Drei Männer.") == ("Two men.", "Drei Männer.")
+    assert done == [ph.protect_pair(e, d) for e, d in pairs]  # deterministic
+    assert ph.protect_pair("Two men and three dogs.", "Zwei Männer und drei Hunde.")[0].startswith("Two")
+    assert ph.protect_pair("Two men.", "Drei Männer.") == ("Two men.", "Drei Männer.")
 
 
 def test_robustness_table_is_well_formed() -> None:
-    from pipeline.robustness import read_table
+    from pipeline.ops.robustness import read_table
 
     cases = read_table(Path(__file__).parent / "robustness.tsv")
     assert len(cases) >= 40

@@ -10,10 +10,10 @@ import sentencepiece as spm
 import yaml
 from datasets import Dataset, DatasetDict
 
-from pipeline.config import TokenizerConfig
-from pipeline.data import save_dataset_dict
-from pipeline.errors import CheckpointError
-from pipeline.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from pipeline.core.config import TokenizerConfig
+from pipeline.core.errors import CheckpointError
+from pipeline.data.multi30k import save_dataset_dict
+from pipeline.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "multi30k"  # offline Multi30k copies
 SAMPLE = [  # used when the mirror is absent; covers umlauts, ß, digits and a no-break space

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from bench.gpu_check import resolve  # dvc.yaml `${a.b}` templating, shared with the GPU check
-from pipeline import tracking
+from pipeline.tracking import runs as tracking
+from pipeline.training.progress import ConsoleProgress
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ def test_a_dvc_exp_temp_copy_maps_back_to_the_original_repo(tmp_path):
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpabc123"
     shutil.copytree(REPO / "pipeline", copy / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    code = "from pipeline.tracking import tracking_uri; print(tracking_uri())"
+    code = "from pipeline.tracking.runs import tracking_uri; print(tracking_uri())"
     out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -60,7 +61,7 @@ def test_run_id_file_round_trip(tmp_path):
 
 
 def test_flow_stage_order_is_a_topological_order_of_the_dag():
-    from pipeline.flow import stage_names
+    from pipeline.ops.flow import stage_names
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     stages = yaml.safe_load(resolve((REPO / "dvc.yaml").read_text(), params))["stages"]
@@ -80,7 +81,7 @@ def test_flow_stage_order_is_a_topological_order_of_the_dag():
 
 
 def test_progress_off_a_terminal_is_plain_lines_every_n_steps(capsys):
-    progress = tracking.ConsoleProgress(max_steps=1000, max_minutes=10, every=50)
+    progress = ConsoleProgress(max_steps=1000, max_minutes=10, every=50)
     for step in range(1, 121):
         progress.update(step, step * 1.5, {"train_loss": 2.5, "lr": 1e-3})
     progress.line("step=120 val_loss=2.4")
@@ -104,7 +105,7 @@ class FakeTerminal(io.StringIO):
 def test_progress_bar_follows_the_budget_that_ends_first(monkeypatch, max_steps, max_minutes, want):
     """50 steps in 150 s: half of 100 steps, or a quarter of 10 minutes (steps would say 0.05%)."""
     monkeypatch.setattr(sys, "stderr", FakeTerminal())
-    progress = tracking.ConsoleProgress(max_steps, max_minutes)
+    progress = ConsoleProgress(max_steps, max_minutes)
     progress.update(50, 150.0, {"train_loss": 2.5})
     assert progress.bar.n == want and progress.bar.total == 1000  # per mille
     progress.close()
@@ -112,7 +113,7 @@ def test_progress_bar_follows_the_budget_that_ends_first(monkeypatch, max_steps,
 
 
 def test_progress_of_other_ranks_is_silent(capsys):
-    progress = tracking.ConsoleProgress(max_steps=10, max_minutes=1, enabled=False, every=1)
+    progress = ConsoleProgress(max_steps=10, max_minutes=1, enabled=False, every=1)
     progress.update(1, 1.0, {"train_loss": 1.0})
     progress.line("hidden")
     assert capsys.readouterr() == ("", "")

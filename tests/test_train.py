@@ -11,12 +11,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from toy_train import TOY_MODEL, TOY_OPTIM, pairs, toy_run  # noqa: E402
 
-from pipeline import checkpoint  # noqa: E402
-from pipeline import train as train_module  # noqa: E402
-from pipeline.config import OptimConfig  # noqa: E402
-from pipeline.errors import PipelineError  # noqa: E402
-from pipeline.model import Transformer  # noqa: E402
-from pipeline.train import RunContext, inverse_sqrt_lr, label_smoothed_loss, run_identity  # noqa: E402
+from pipeline.core.config import OptimConfig  # noqa: E402
+from pipeline.core.errors import PipelineError  # noqa: E402
+from pipeline.model.transformer import Transformer  # noqa: E402
+from pipeline.training import checkpoint  # noqa: E402
+from pipeline.training import loop as train_module  # noqa: E402
+from pipeline.training.loop import RunContext, inverse_sqrt_lr, label_smoothed_loss, run_identity  # noqa: E402
 
 PAD = 0
 
@@ -127,7 +127,7 @@ def test_training_lowers_loss_and_keeps_checkpoints(tmp_path):
 def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
     """Each step takes 10 fake seconds; a 1-minute budget allows exactly 6 steps, continued or not."""
     clock, step = [1000.0], train_module.train_step
-    monkeypatch.setattr("pipeline.train.time.time", lambda: clock[0])
+    monkeypatch.setattr("pipeline.training.loop.time.time", lambda: clock[0])
 
     def slow_step(*args):
         clock[0] += 10.0

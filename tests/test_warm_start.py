@@ -13,13 +13,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from toy_train import TOY_OPTIM, ToyValidation  # noqa: E402
 
-from pipeline import checkpoint  # noqa: E402
-from pipeline import train as train_module  # noqa: E402
-from pipeline.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig  # noqa: E402
-from pipeline.errors import CheckpointError, run_main  # noqa: E402
-from pipeline.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
-from pipeline.train import EpochOrder, RunContext, new_model, run_identity, to_tensors  # noqa: E402
-from pipeline.warm_start import warm_start  # noqa: E402
+from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig  # noqa: E402
+from pipeline.core.errors import CheckpointError, run_main  # noqa: E402
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
+from pipeline.training import checkpoint  # noqa: E402
+from pipeline.training import loop as train_module  # noqa: E402
+from pipeline.training.loop import EpochOrder, RunContext, new_model, run_identity, to_tensors  # noqa: E402
+from pipeline.training.warm_start import warm_start  # noqa: E402
 
 NAME = "warm-start-test"
 MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0)  # no dropout: exact losses
@@ -49,8 +49,8 @@ def champion(tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        from pipeline import tracking
-        from pipeline.registry import log_translator
+        from pipeline.serving.pyfunc import log_translator
+        from pipeline.tracking import runs as tracking
 
         spm_model = train_tokenizer(SENTENCES * 5, root / "spm", TokenizerConfig(vocab_size=60, out_dir="x"))
         tok = Tokenizer.load(spm_model)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline.data import load_corpus
-from pipeline.warmup import WarmupVocab, build_warmup_dataset, number_to_words, split_numbers
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.warmup import WarmupVocab, build_warmup_dataset, number_to_words, split_numbers
 
 TABLE = {
     0: "zero",
@@ -128,7 +128,7 @@ def test_stage_writes_the_splits(tmp_path, monkeypatch) -> None:
 def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) -> None:
     import json
 
-    from pipeline.errors import PipelineError
+    from pipeline.core.errors import PipelineError
     from stages import warmup_data, warmup_train
 
     tiny = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}

@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 from toy_train import PAD, ToyValidation, pairs  # this folder is on sys.path when run as a script
 
-from pipeline import checkpoint, distributed
-from pipeline import train as train_module
-from pipeline.config import ModelConfig, OptimConfig
-from pipeline.errors import CheckpointError, run_main
-from pipeline.model import Transformer
-from pipeline.train import RunContext, train
+from pipeline.core.config import ModelConfig, OptimConfig
+from pipeline.core.errors import CheckpointError, run_main
+from pipeline.model.transformer import Transformer
+from pipeline.training import checkpoint, distributed
+from pipeline.training import loop as train_module
+from pipeline.training.loop import RunContext, train
 
 
 def record(world: distributed.World) -> tuple[list[float], list[str]]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from pipeline import checkpoint
-from pipeline import train as train_module
-from pipeline.config import ModelConfig, OptimConfig
-from pipeline.evaluate import validation_loss
-from pipeline.model import Transformer
-from pipeline.train import Progress, RunContext, train
+from pipeline.core.config import ModelConfig, OptimConfig
+from pipeline.model.transformer import Transformer
+from pipeline.training import checkpoint
+from pipeline.training import loop as train_module
+from pipeline.training.loop import Progress, RunContext, train
+from pipeline.training.validation import validation_loss
 
 PAD, BOS, EOS = 0, 2, 3
 TOY_MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1)

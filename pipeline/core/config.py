@@ -1,0 +1,232 @@
+"""Validated configuration: one pydantic model per `params.yaml` section.
+
+`load_params()` reads the file once and validates every section; a wrong type, an
+out-of-range value or an unknown key (a typo) raises `ConfigError` with a one-line
+message naming the file and the dotted field, e.g.
+``params.yaml: train.dropout: Input should be less than 1``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.core.errors import ConfigError
+
+N_SPECIAL_TOKENS = 4  # pad, unk, bos, eos: see pipeline.data.tokenizer
+
+
+class Section(BaseModel):
+    """Base for every section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DownloadConfig(Section):
+    """Stage `download`: where Multi30k lives and how much of it the DAG uses."""
+
+    out_dir: str = "data/multi30k"
+    mirror: str | None = None  # env MULTI30K_MIRROR wins over this
+    max_train_pairs: int | None = Field(default=None, gt=0)  # smoke runs: first N pairs
+    max_eval_pairs: int | None = Field(default=None, gt=0)
+    tgt_lang: Literal["de", "fr", "cs"] = "de"  # target language (cs has no test_2017_flickr)
+
+
+class TokenizerConfig(Section):
+    """Stage `tokenizer`: one joint SentencePiece model over train EN+DE."""
+
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: int = Field(default=8000, gt=N_SPECIAL_TOKENS)
+    character_coverage: float = Field(default=1.0, gt=0.0, le=1.0)
+    out_dir: str = "models/spm"
+
+
+class WarmupDataConfig(Section):
+    """Stage `warmup_data`: the number-to-words task, split by number."""
+
+    out_dir: str = "data/warmup"
+    max_number: int = Field(default=999_999, ge=10, le=999_999)
+    n_train: int = Field(default=40_000, gt=0)
+    n_val: int = Field(default=1_000, gt=0)
+    n_test: int = Field(default=1_000, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _fits(self) -> WarmupDataConfig:
+        if self.n_train + self.n_val + self.n_test > self.max_number + 1:
+            raise ValueError("n_train + n_val + n_test exceeds the count of numbers 0..max_number")
+        return self
+
+
+class ModelConfig(Section):
+    """Transformer sizes (Vaswani et al. 2017, Table 3 names)."""
+
+    d_model: int = Field(default=256, gt=0)
+    n_heads: int = Field(default=4, gt=0)
+    n_layers: int = Field(default=3, gt=0)
+    d_ff: int = Field(default=1024, gt=0)
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    pre_norm: bool = False
+    tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        return self
+
+
+class OptimConfig(Section):
+    """Optimisation knobs shared by `warmup_train` and `train` (defaults: the `train` section).
+
+    `TRAJECTORY` names the fields a training's trajectory depends on (part of its fingerprint);
+    the others are budgets and bookkeeping that may change between a run and its continuation.
+    """
+
+    seed: int = 1
+    max_tokens: int = Field(default=2500, gt=0)  # padded tokens of the larger side per batch
+    accum_steps: int = Field(default=1, gt=0)
+    peak_lr: float = Field(default=1e-3, gt=0.0)
+    warmup_steps: int = Field(default=800, gt=0)
+    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
+    clip_norm: float = Field(default=1.0, gt=0.0)
+    max_steps: int = Field(default=100_000, gt=0)
+    max_minutes: float = Field(default=85.0, gt=0.0)  # wall clock, validation included
+    val_every: int = Field(default=300, gt=0)
+    patience: int = Field(default=10, gt=0)  # validations without improvement
+    average_last: int = Field(default=10, gt=0)  # step checkpoints kept for the final average
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    threads: int | None = Field(default=None, gt=0)
+
+    TRAJECTORY: ClassVar[tuple[str, ...]] = (
+        "seed", "max_tokens", "accum_steps", "peak_lr", "warmup_steps", "label_smoothing", "clip_norm",
+    )  # fmt: skip
+
+
+class WarmupTrainConfig(Section):
+    """Stage `warmup_train`: a small model on number-to-words, gated on exact match."""
+
+    out_dir: str = "models/warmup"  # checkpoints
+    log_csv: str = "reports/warmup_log.csv"
+    metrics_json: str = "reports/warmup.json"  # numbers: exact_match (test split), steps, minutes
+    facts_json: str = "reports/warmup_facts.json"  # the gate's threshold, the final-model choice
+    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
+    model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
+    optim: OptimConfig = OptimConfig(
+        max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=5, val_every=250,
+        patience=4, label_smoothing=0.0, average_last=4,
+    )  # fmt: skip
+
+
+class DistConfig(Section):
+    """Stage `train` under `torchrun` (DistributedDataParallel). 1 × 1 = one plain process."""
+
+    nproc_per_node: int = Field(default=1, gt=0)  # processes (GPUs) per machine
+    nnodes: int = Field(default=1, gt=0)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
+    master_addr: str | None = None  # host name or address of node 0, multi-node only
+    master_port: int = Field(default=29500, gt=0, lt=65536)
+
+    @model_validator(mode="after")
+    def _address_for_nodes(self) -> DistConfig:
+        if self.nnodes > 1 and not self.master_addr:
+            raise ValueError("nnodes > 1 needs master_addr (the address of node 0)")
+        return self
+
+
+class TrainConfig(Section):
+    """Stage `train`: the Transformer on Multi30k."""
+
+    out_dir: str = "models/transformer"  # checkpoints and the final model.pt
+    log_csv: str = "reports/train_log.csv"  # one row per validation
+    metrics_json: str = "reports/train_summary.json"  # numbers people compare (DVC metrics)
+    facts_json: str = "reports/train_facts.json"  # device, versions, final-model choice
+    run_id_file: str = "reports/mlflow_run_id.txt"  # the MLflow run decode/score add to
+    max_len: int = Field(default=128, gt=0)  # pieces; longer training pairs are skipped
+    val_max_sentences: int | None = Field(default=None, gt=0)  # cap greedy-BLEU cost
+    model: ModelConfig = ModelConfig(dropout=0.1)
+    optim: OptimConfig = OptimConfig(peak_lr=2e-3)
+    dist: DistConfig = DistConfig()
+    init_from: Literal["champion"] | None = None  # None: from scratch; the registered champion's weights
+
+
+class MlflowConfig(Section):
+    """MLflow tracking of `train`, `decode` and `score` (URI: env MLFLOW_TRACKING_URI, else
+    `sqlite:///<repository root>/mlflow.db`)."""
+
+    enabled: bool = True
+    experiment: str = "multi30k-en-de"
+    model_name: str = "multi30k-en-de-transformer"  # registered model of the final translators
+
+
+class DecodeConfig(Section):
+    """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
+
+    beam_size: int = Field(default=5, gt=0)
+    length_penalty: float = Field(default=1.0, ge=0.0)
+    max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
+    max_len_b: int = Field(default=10, ge=1)
+    batch_size: int = Field(default=64, gt=0)  # sentences per batch
+
+
+class IncomingConfig(Section):
+    """Stage `incoming`: user-supplied `en<TAB>de` files merged with Multi30k train."""
+
+    in_dir: str = "data/incoming"  # *.tsv files users drop in
+    out_jsonl: str = "data/train_merged.jsonl"  # the training set the train stage reads
+    metrics_json: str = "reports/incoming.json"  # counts: read, dropped (leak, duplicate), added
+
+
+class PromotionConfig(Section):
+    """The flow's promotion: sacreBLEU paired bootstrap of val BLEU, candidate vs champion."""
+
+    p_threshold: float = Field(default=0.05, gt=0.0, lt=1.0)  # promote only when p is below it
+    n_samples: int = Field(default=1000, gt=0)  # bootstrap resamples
+
+
+class Params(Section):
+    """The whole `params.yaml`."""
+
+    download: DownloadConfig = DownloadConfig()
+    incoming: IncomingConfig = IncomingConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    warmup_data: WarmupDataConfig = WarmupDataConfig()
+    warmup_train: WarmupTrainConfig = WarmupTrainConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    promotion: PromotionConfig = PromotionConfig()
+
+
+def _one_line(err: ValidationError, path: Path) -> str:
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "<root>"
+    msg = first["msg"].replace("Value error, ", "")
+    return f"{path}: {field}: {msg}"
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate `params.yaml`.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or a field is invalid (one line).
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, path)) from None

@@ -1,0 +1,56 @@
+"""The placeholder symbols shared by training and translation, and `protect_pair`, which puts them
+into training pairs so the model learns to copy what they stand for.
+
+A placeholder (｟1｠ .. ｟9｠) is one SentencePiece user-defined symbol, untouched by its NFKC
+normalisation. At translation time `pipeline.serving.textproc.protect` replaces numbers, links and
+unrepresentable runs with them and puts the spans back afterwards; in training, digit spans shared
+by both sides and some number words become the same placeholders on both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+PLACEHOLDERS = tuple(f"\uff5f{i}\uff60" for i in range(1, 10))  # ｟1｠ .. ｟9｠
+PAIR_WORD_RATE = 0.3  # share of eligible training pairs whose number words become placeholders
+NUMBER = r"\d+(?:[.,:]\d+)*"
+PLACEHOLDER_RE = re.compile("\uff5f\\d\uff60")
+NUMBER_WORDS_EN = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+NUMBER_WORDS_DE = ("zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn")
+
+
+def _number_word(text: str, words: tuple[str, ...]) -> re.Match | None:
+    """The one number word of `words` in `text` (whole word, any case), or None if not exactly one."""
+    hits = list(re.finditer(r"\b(" + "|".join(words) + r")\b", text, flags=re.IGNORECASE))
+    return hits[0] if len(hits) == 1 else None
+
+
+def protect_pair(en: str, de: str, rate: float = PAIR_WORD_RATE) -> tuple[str, str]:
+    """A training pair with the same placeholders on both sides, so the model learns to copy them.
+
+    Digit spans (`NUMBER`) appearing identically on both sides get placeholders ｟1｠, ｟2｠, ... in
+    English order. In addition, when exactly one English number word two..ten and exactly one
+    German zwei..zehn occur and they are the same number, a deterministic pseudo-random `rate` share
+    of such pairs (chosen by a hash of the pair's text) has both replaced by the next placeholder:
+    "Two men ..." / "Zwei Männer ..." -> "｟1｠ men ..." / "｟1｠ Männer ...".
+    """
+    digest = hashlib.sha256(f"{en}\t{de}".encode()).digest()  # of the pair as given
+    de_numbers = set(re.findall(NUMBER, de))
+    shared = [m for m in re.finditer(NUMBER, en) if m.group() in de_numbers]
+    for i, value in enumerate(dict.fromkeys(m.group() for m in shared)):
+        if i >= len(PLACEHOLDERS) - 1:
+            break
+        pattern = rf"(?<![\d.,:]){re.escape(value)}(?![\d]|[.,:]\d)"
+        en, de = (re.sub(pattern, PLACEHOLDERS[i], side) for side in (en, de))
+    en_word, de_word = _number_word(en, NUMBER_WORDS_EN), _number_word(de, NUMBER_WORDS_DE)
+    if en_word is None or de_word is None:
+        return en, de
+    same = NUMBER_WORDS_EN.index(en_word.group().lower()) == NUMBER_WORDS_DE.index(de_word.group().lower())
+    if not same or int.from_bytes(digest[:4], "big") / 2**32 >= rate:
+        return en, de
+    mark = PLACEHOLDERS[len(set(PLACEHOLDER_RE.findall(en)))]
+    return (
+        en[: en_word.start()] + mark + en[en_word.end() :],
+        de[: de_word.start()] + mark + de[de_word.end() :],
+    )

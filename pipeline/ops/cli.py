@@ -1,0 +1,195 @@
+"""`python -m pipeline translate` (console script `mt-translate`): English in, German out.
+
+Sentences come from the arguments, or from stdin one line per output line. From a terminal each
+line is answered as it is typed; from a file or pipe lines are read and decoded `BATCH_LINES` at a
+time (batched beam search; order kept, an empty line stays empty). Every line goes through the
+shared processing of `pipeline.serving.translator` (sentence splitting, protected spans, casing).
+
+Defaults (checkpoint, params, tokenizer) are the pipeline's files in the repository that holds
+this package, so the command works from any directory of an installed checkout; paths given as
+flags are relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+
+import torch
+from pydantic import ValidationError
+
+from pipeline.core.config import DecodeConfig, Params, load_params
+from pipeline.core.device import pick_device
+from pipeline.core.errors import ConfigError, PipelineError, run_main
+from pipeline.serving.translator import (
+    Loaded,
+    load_ct2_translator,
+    load_translator,
+    translate_lines,
+    translate_lines_n_best,
+)
+from pipeline.tracking.runs import repo_root
+
+REPO = repo_root()
+DEFAULT_CHECKPOINT = REPO / "models/transformer/model.pt"
+DEFAULT_PARAMS = REPO / "params.yaml"
+DEFAULT_CT2 = REPO / "models/ct2"
+BATCH_LINES = 256  # lines per batch when stdin is not a terminal
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mt-translate", description="Translate English to German.")
+    p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
+    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="model checkpoint (.pt)")
+    p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
+    p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
+    p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
+    p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where our engine runs")
+    p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
+                   help="our beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
+    p.add_argument(
+        "--ct2-dir", type=Path, default=DEFAULT_CT2, help="the CTranslate2 export (--engine ctranslate2)"
+    )
+    p.add_argument("--compute-type", default="int8", help="CTranslate2 compute type: int8, float32, ...")
+    p.add_argument(
+        "--attention", type=Path, default=None, help="save the first sentence's cross-attention PNG"
+    )
+    return p
+
+
+def defaults(params_path: Path) -> Params:
+    """The repository's params.yaml when present, else the built-in defaults; a --params file
+    given explicitly must exist.
+
+    Raises:
+        ConfigError: an explicitly given --params file does not exist.
+    """
+    if params_path.exists():
+        return load_params(params_path)
+    if params_path != DEFAULT_PARAMS:
+        raise ConfigError(f"--params {params_path}: no such file")
+    return Params()
+
+
+def decode_config(base: DecodeConfig, beam_size: int | None, length_penalty: float | None) -> DecodeConfig:
+    """Apply the command-line overrides, validated like params.yaml."""
+    updates = {
+        k: v for k, v in {"beam_size": beam_size, "length_penalty": length_penalty}.items() if v is not None
+    }
+    try:
+        return DecodeConfig.model_validate({**base.model_dump(), **updates})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-")
+        raise ConfigError(f"{flag}: {err['msg']}") from None
+
+
+def input_batches(sentences: list[str]) -> Iterator[list[str]]:
+    """The arguments as one batch; else stdin: one line per batch from a terminal (answered as
+    typed), `BATCH_LINES` lines per batch from a file or pipe."""
+    if sentences:
+        yield sentences
+        return
+    lines = (utf8_line(n, line.rstrip("\n")) for n, line in enumerate(sys.stdin, start=1))
+    size = 1 if sys.stdin.isatty() else BATCH_LINES
+    while batch := list(islice(lines, size)):
+        yield batch
+
+
+def utf8_line(number: int, line: str) -> str:
+    """`line` itself when it is text (stdin undecodable bytes arrive as surrogates).
+
+    Raises:
+        ConfigError: the line held bytes that are not UTF-8.
+    """
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"stdin line {number}: not UTF-8 text") from None
+    return line
+
+
+def spm_path(args: argparse.Namespace, params: Params) -> Path:
+    """--spm, else params' tokenizer.out_dir (relative to the params file's folder)."""
+    return args.spm or args.params.resolve().parent / params.tokenizer.out_dir / "spm.model"
+
+
+def run_device(args: argparse.Namespace) -> torch.device:
+    """--device resolved once for the run.
+
+    Raises:
+        ConfigError: --device cuda where PyTorch sees no CUDA device.
+    """
+    device = pick_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: this PyTorch sees no CUDA device")
+    return device
+
+
+def outputs(
+    loaded: Loaded,
+    batch: list[str],
+    cfg: DecodeConfig,
+    n_best: int | None,
+    device: torch.device,
+    max_len: int,
+) -> Iterable[str]:
+    if n_best is None:
+        return translate_lines(loaded, batch, cfg, device, max_pieces=max_len)
+    nbest = translate_lines_n_best(loaded, batch, cfg, n_best, device, max_pieces=max_len)
+    return (
+        "\n".join(f"{text}\t{score:.4f}" for text, score in entries) if entries else "" for entries in nbest
+    )
+
+
+def load(args: argparse.Namespace, spm: Path) -> Loaded:
+    """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --n-best/--attention)."""
+    if args.engine == "ours":
+        return load_translator(args.checkpoint, spm)
+    if args.n_best is not None or args.attention is not None:
+        raise ConfigError("--engine ctranslate2: --n-best and --attention need --engine ours")
+    try:
+        return load_ct2_translator(args.ct2_dir, spm, args.compute_type)
+    except ValueError as exc:  # CTranslate2's message for an unknown compute type
+        raise ConfigError(f"--compute-type {args.compute_type}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> Iterator[str]:
+    """Yield the output for each input line (one German line; K lines with --n-best)."""
+    params = defaults(args.params)
+    cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
+    if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
+        raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
+    device = run_device(args)
+    loaded = load(args, spm_path(args, params))
+    first: tuple[str, str] | None = None
+    for batch in input_batches(args.sentences):
+        translated = outputs(loaded, batch, cfg, args.n_best, device, params.train.max_len)
+        for line, german in zip(batch, translated, strict=True):
+            if first is None and line.strip():
+                first = (line, german.split("\t")[0])
+            yield german
+    if args.attention is not None:
+        if first is None:
+            raise PipelineError("--attention: no non-empty sentence to draw")
+        from pipeline.model.attention_maps import attention_map
+        from pipeline.ops.report import plot_attention
+
+        amap = attention_map(loaded.model, loaded.tokenizer, *first)
+        plot_attention(amap, f"{first[0]}\n{first[1]}", args.attention)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    for german in run(args):
+        print(german, flush=True)
+
+
+def console() -> None:
+    """Entry point of the `mt-translate` console script."""
+    run_main(main)

@@ -1,0 +1,196 @@
+"""The DVC pipeline as a Prefect 3 flow, run once or served on a schedule for retraining.
+
+A run looks for new parallel data in `data/incoming/`, then runs each DVC stage
+(`dvc repro --single-item <stage>`) in DAG order, so DVC stays the judge of what is stale: the
+`incoming` stage reruns when a file there changed, and `train` (and everything after it) when the
+merged training set did; an unchanged stage is skipped and its task says so. Then the `champion`
+alias moves to the new `candidate` only when a paired significance test says it is better
+(`pipeline.ops.promotion`). The log ends with the run's case: no new data (nothing retrained), or new
+data (retrained; promoted or kept, with both BLEU scores and p). A failing stage fails its task and
+the flow, with the stage's error in the log; the download task retries.
+
+    python -m pipeline.ops.flow run [--force] [--recheck-data]   # once, on an ephemeral local Prefect
+    python -m pipeline.ops.flow serve --cron "0 3 * * 1"         # a schedule, against PREFECT_API_URL
+    python -m pipeline.ops.flow rollback                         # champion back to the version it replaced
+
+Served runs never overlap (deployment concurrency limit 1; two `dvc repro` would collide on DVC's
+lock): a scheduled run that comes due while another is still running is cancelled ("Deployment
+concurrency limit reached.", `--on-overlap skip`, the default) or waits for the slot
+(`--on-overlap wait`). A scheduled run also re-checks the data source (forces `download`; the data
+are SHA-256-pinned, so the stages after it rerun only when what it wrote changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+# Prefect's ephemeral server can take longer than its default to start on a cold, busy machine.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+
+from pipeline.core.errors import run_main  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_STAGE = "download"
+
+
+def stage_names(repo: Path) -> list[str]:
+    """The stages of `repo/dvc.yaml` in file order (which is DAG order; a test checks it)."""
+    return list(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@task(task_run_name="{stage}")
+def run_stage(stage: str, repo: str, force: bool = False) -> str:
+    """`dvc repro --single-item [--force] <stage>` in `repo`. Returns "ran" or "skipped".
+
+    Raises:
+        RuntimeError: the stage failed; the message carries the end of its output.
+    """
+    logger = get_run_logger()
+    cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", *(["--force"] if force else []), stage]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    if done.returncode:
+        raise RuntimeError(f"stage {stage} failed (exit {done.returncode}):\n{tail(output)}")
+    ran = f"Running stage '{stage}'" in output
+    logger.info("stage %s: %s", stage, "ran" if ran else "unchanged, skipped")
+    if ran:
+        logger.info(tail(output))
+    return "ran" if ran else "skipped"
+
+
+INCOMING_STAGE, TRAIN_STAGE = "incoming", "train"
+INCOMING_DIR, INCOMING_COUNTS = "data/incoming", "reports/incoming.json"  # as in dvc.yaml's incoming cmd
+
+
+@task
+def look_for_incoming(repo: str) -> list[str]:
+    """The incoming files (`data/incoming/*.tsv`) present now; DVC decides whether they are new."""
+    from pipeline.data.incoming import incoming_files
+
+    names = [p.name for p in incoming_files(Path(repo) / INCOMING_DIR)]
+    get_run_logger().info("incoming data: %s", ", ".join(names) if names else "no files")
+    return names
+
+
+def describe_case(stages: dict[str, str], counts: dict | None) -> str:
+    """One line saying which case this run was, from the stage outcomes ("ran"/"skipped") and the
+    incoming stage's counts (`reports/incoming.json`; None when absent)."""
+    new_files = stages.get(INCOMING_STAGE) == "ran"
+    detail = (
+        f" ({counts['added']} new pairs in the training set; {counts['dropped_leak']} dropped as in "
+        f"val/test, {counts['dropped_dup']} as duplicates)"
+        if counts
+        else ""
+    )
+    if stages.get(TRAIN_STAGE) != "ran":
+        if new_files:
+            return f"incoming files changed but the training set did not{detail}: nothing retrained"
+        return "no new data: nothing retrained"
+    if new_files:
+        return f"new data{detail}: retrained"
+    return "no new data, but the train stage's params, code or inputs changed: retrained"
+
+
+def read_counts(repo: str) -> dict | None:
+    path = Path(repo) / INCOMING_COUNTS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@task
+def promote_champion(repo: str) -> str:
+    """Move `champion` to the candidate when it is significantly better on val
+    (`pipeline.ops.promotion.promote`). Returns the decision's message."""
+    from pipeline.core.config import load_params
+
+    params = load_params(Path(repo) / "params.yaml")
+    if not params.mlflow.enabled:
+        return "mlflow disabled: nothing to promote"
+    from pipeline.data.multi30k import load_corpus
+    from pipeline.ops.promotion import promote
+
+    tgt = params.download.tgt_lang
+    refs = list(load_corpus(Path(repo) / params.download.out_dir)["val"][tgt])
+    decision = promote(params.mlflow.model_name, refs, params.promotion, tgt)
+    get_run_logger().info(decision.message)
+    return decision.message
+
+
+@flow(name="multi30k-en-de")
+def pipeline_flow(repo: str = str(REPO), force: bool = False, recheck_data: bool = False) -> dict[str, str]:
+    """Look for incoming data, every DVC stage in order, then the champion promotion.
+
+    Returns {stage: "ran"/"skipped", "case": what this run was, "promotion": the decision}.
+    """
+    look_for_incoming(repo)
+    results: dict[str, str] = {}
+    for stage in stage_names(Path(repo)):
+        task_ = (
+            run_stage.with_options(retries=2, retry_delay_seconds=30) if stage == DATA_STAGE else run_stage
+        )
+        results[stage] = task_(stage, repo, force or (recheck_data and stage == DATA_STAGE))
+    case = describe_case(results, read_counts(repo))
+    promotion = promote_champion(repo)
+    get_run_logger().info("this run: %s; %s", case, promotion)
+    return {**results, "case": case, "promotion": promotion}
+
+
+def deployment(name: str, cron: str, on_overlap: str = "skip"):
+    """The scheduled deployment: `cron`, the data source re-checked, at most one run at a time
+    (`on_overlap`: "skip" cancels a run that comes due while one runs, "wait" queues it)."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+
+    strategy = {"skip": ConcurrencyLimitStrategy.CANCEL_NEW, "wait": ConcurrencyLimitStrategy.ENQUEUE}
+    return pipeline_flow.to_deployment(
+        name=name,
+        cron=cron,
+        parameters={"recheck_data": True},
+        concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=strategy[on_overlap]),
+    )
+
+
+def rollback_champion(repo: Path = REPO) -> str:
+    """`pipeline.ops.promotion.rollback` on this repository's `mlflow.model_name`."""
+    from pipeline.core.config import load_params
+    from pipeline.ops.promotion import rollback
+
+    return rollback(load_params(repo / "params.yaml").mlflow.model_name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.ops.flow", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    once = sub.add_parser("run", help="run the flow once (ephemeral local Prefect)")
+    once.add_argument("--force", action="store_true", help="rerun every stage")
+    once.add_argument("--recheck-data", action="store_true", help="force the download stage")
+    serve = sub.add_parser("serve", help="serve the flow on a cron schedule (needs PREFECT_API_URL)")
+    serve.add_argument("--cron", default="0 3 * * 1", help='cron schedule (default "0 3 * * 1")')
+    serve.add_argument("--name", default="scheduled-retraining", help="deployment name")
+    serve.add_argument("--on-overlap", choices=("skip", "wait"), default="skip",
+                       help="a run due while one runs: cancel it (skip, default) or queue it (wait)")  # fmt: skip
+    sub.add_parser("rollback", help="move champion back to the version it replaced")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        print(pipeline_flow(force=args.force, recheck_data=args.recheck_data))
+    elif args.command == "rollback":
+        run_main(lambda: print(rollback_champion()))
+    else:
+        from prefect import serve as serve_deployments
+
+        serve_deployments(deployment(args.name, args.cron, args.on_overlap))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Promotion of the `candidate` model to `champion` by a paired significance test, and rollback.
+
+A difference of 0.01 BLEU must not win: the candidate's and the champion's val translations (the
+`reports/translations/val.hyp.de` artifact `decode` logs to each version's MLflow run) are compared
+with sacreBLEU's paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for
+Machine Translation Evaluation"; `sacrebleu.significance.PairedTest`, the test behind
+`sacrebleu --paired-bs`, seeded by env SACREBLEU_SEED, default 12345). `champion` moves only when
+the candidate's BLEU is higher and p < `p_threshold`. The decision, both scores and p are logged
+and set as tags of the candidate version (`promotion.*`); a promoted version records the version
+it replaced (`promotion.replaced`), which `rollback` moves `champion` back to.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+from pipeline.core.config import PromotionConfig
+from pipeline.core.errors import PipelineError
+from pipeline.tracking import runs as tracking
+
+TRANSLATIONS = "reports/translations/{split}.hyp.{lang}"  # the artifact stages/decode.py logs
+REPLACED_TAG = "promotion.replaced"
+ROLLED_BACK_TAG = "rollback.replaced_by"
+DEFAULTS = PromotionConfig()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Corpus BLEU (0-100) of both systems and the paired bootstrap p-value of their difference."""
+
+    champion_bleu: float
+    candidate_bleu: float
+    p_value: float
+
+    def candidate_wins(self, p_threshold: float) -> bool:
+        """Higher BLEU, and a difference that chance explains with probability below `p_threshold`."""
+        return self.candidate_bleu > self.champion_bleu and self.p_value < p_threshold
+
+
+def paired_bootstrap(
+    refs: list[str], champion_hyps: list[str], candidate_hyps: list[str], n_samples: int = 1000
+) -> Comparison:
+    """sacreBLEU's paired bootstrap resampling of BLEU, the champion as the baseline.
+
+    Raises:
+        PipelineError: the three lists differ in length, or are empty.
+    """
+    if not (len(refs) == len(champion_hyps) == len(candidate_hyps)) or not refs:
+        raise PipelineError(
+            f"cannot compare: {len(refs)} references, {len(champion_hyps)} champion and "
+            f"{len(candidate_hyps)} candidate translations"
+        )
+    systems = [("champion", champion_hyps), ("candidate", candidate_hyps)]
+    _, scores = PairedTest(systems, {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples)()
+    champion, candidate = scores["BLEU"]
+    return Comparison(champion.score, candidate.score, float(candidate.p_value))
+
+
+def run_translations(run_id: str, split: str = "val", lang: str = "de") -> list[str]:
+    """The translations `decode` logged to MLflow run `run_id` (one line per source sentence).
+
+    Raises:
+        PipelineError: the run has no such artifact.
+    """
+    import mlflow
+
+    artifact = TRANSLATIONS.format(split=split, lang=lang)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=artifact, dst_path=tmp, tracking_uri=tracking.tracking_uri()
+            )
+        except Exception as exc:  # noqa: BLE001 - MlflowException or OSError: one line either way
+            raise PipelineError(f"MLflow run {run_id}: no {artifact} ({type(exc).__name__})") from None
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+@dataclass(frozen=True)
+class Decision:
+    promoted: bool
+    message: str  # starts with "promoted:" or "kept champion"
+    comparison: Comparison | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _tag(model_name: str, version: str, tags: dict[str, str]) -> None:
+    client = tracking.client()
+    for key, value in tags.items():
+        client.set_model_version_tag(model_name, version, key, value)
+
+
+def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig, lang: str) -> Decision:
+    hyps = [run_translations(version.run_id, "val", lang) for version in (champion, candidate)]
+    cmp = paired_bootstrap(refs, *hyps, cfg.n_samples)
+    scores = f"v{candidate.version} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion.version} " \
+             f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"  # fmt: skip
+    if cmp.candidate_wins(cfg.p_threshold):
+        return Decision(True, f"promoted: {scores} < {cfg.p_threshold}", cmp)
+    why = "not higher" if cmp.candidate_bleu <= cmp.champion_bleu else f"p >= {cfg.p_threshold}"
+    return Decision(False, f"kept champion v{champion.version} ({scores}: {why})", cmp)
+
+
+def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, lang: str = "de") -> Decision:
+    """Move `champion` to the `candidate` version when it is significantly better on val (`refs`:
+    the val references, in `lang`), or when there is no champion yet. Tags the candidate with the outcome.
+
+    Raises:
+        PipelineError: no candidate, or its or the champion's run lacks the val translations.
+    """
+    from pipeline.tracking.registry import version_by_alias
+
+    candidate = version_by_alias(model_name, "candidate")
+    if candidate is None:
+        raise PipelineError(f"MLflow model {model_name!r}: no 'candidate' version (run decode first)")
+    champion = version_by_alias(model_name, "champion")
+    if champion is not None and champion.version == candidate.version:
+        return Decision(False, f"kept champion v{champion.version} (it is also the candidate)")
+    if ROLLED_BACK_TAG in candidate.tags:
+        kept = f"v{champion.version}" if champion is not None else "none"
+        return Decision(False, f"kept champion {kept} (candidate v{candidate.version} was rolled back)")
+    if champion is not None and champion.run_id == candidate.run_id:
+        return Decision(False, f"kept champion v{champion.version} (candidate v{candidate.version} is the same "
+                               "training run: its logged translations are the candidate's, no paired test)")  # fmt: skip
+    if champion is None:
+        decision = Decision(True, f"promoted: v{candidate.version} is the first champion")
+    else:
+        decision = _compare_versions(champion, candidate, refs, cfg, lang)
+    tags = {"promotion.decision": "promoted" if decision.promoted else "kept", "promotion.time": _now()}
+    if decision.comparison is not None:
+        cmp = decision.comparison
+        tags |= {"promotion.champion_version": str(champion.version),
+                 "promotion.bleu_candidate": f"{cmp.candidate_bleu:.4f}",
+                 "promotion.bleu_champion": f"{cmp.champion_bleu:.4f}",
+                 "promotion.p_value": f"{cmp.p_value:.4f}", "promotion.p_threshold": str(cfg.p_threshold)}  # fmt: skip
+    if decision.promoted and champion is not None:
+        tags[REPLACED_TAG] = str(champion.version)
+    _tag(model_name, candidate.version, tags)
+    if decision.promoted:
+        tracking.client().set_registered_model_alias(model_name, "champion", candidate.version)
+    return decision
+
+
+def rollback(model_name: str) -> str:
+    """Move `champion` back to the version the current champion replaced; tag both versions.
+
+    The rolled-back version is tagged `rollback.replaced_by` and is never promoted again; the
+    restored one `rollback.restored_from`. Returns the message.
+
+    Raises:
+        PipelineError: no champion, or it replaced no version (it was the first).
+    """
+    from pipeline.tracking.registry import version_by_alias
+
+    champion = version_by_alias(model_name, "champion")
+    if champion is None:
+        raise PipelineError(f"MLflow model {model_name!r}: no 'champion' version to roll back")
+    previous = champion.tags.get(REPLACED_TAG)
+    if previous is None:
+        raise PipelineError(
+            f"MLflow model {model_name!r}: champion v{champion.version} replaced no version (nothing to roll back to)"
+        )
+    when = _now()
+    _tag(model_name, champion.version, {ROLLED_BACK_TAG: previous, "rollback.time": when})
+    _tag(model_name, previous, {"rollback.restored_from": str(champion.version), "rollback.time": when})
+    tracking.client().set_registered_model_alias(model_name, "champion", previous)
+    return f"rolled back: champion v{champion.version} -> v{previous}"

@@ -1,0 +1,117 @@
+"""The robustness set: kinds of real input and the property each translation must keep.
+
+`tests/robustness.tsv` has the columns `input`, `sentences` (how many sentences the output must
+have), `verbatim` (spans that must appear verbatim in the output, separated by ` | `; empty for
+none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
+check). Every output must also have no whitespace token repeated more than `MAX_RUN` times in a
+row. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
+casing figure of the results page: the upper-cased source against upper-cased references.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.core.config import DecodeConfig
+from pipeline.core.errors import DataError
+from pipeline.core.metrics import score
+from pipeline.serving.textproc import MAX_RUN
+from pipeline.serving.translator import MAX_SRC_PIECES, Loaded, translate_lines, translate_sentences
+
+HEADER = ["input", "sentences", "verbatim", "case"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the robustness table."""
+
+    text: str
+    sentences: int
+    verbatim: tuple[str, ...]
+    upper: bool
+
+
+def read_table(path: Path) -> list[Case]:
+    """The rows of a robustness TSV (see the module docstring).
+
+    Raises:
+        DataError: missing file, wrong header, or a malformed row (named by line number).
+    """
+    if not Path(path).is_file():
+        raise DataError(f"{path}: robustness table not found")
+    header, *rows = [line.split("\t") for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    if header != HEADER:
+        raise DataError(f"{path}: header must be {'<TAB>'.join(HEADER)}, got {header}")
+    cases = []
+    for number, row in enumerate(rows, start=2):
+        if len(row) != 4 or not row[1].isdigit() or row[3] not in ("upper", "-"):
+            raise DataError(f"{path}: line {number}: expected input, sentence count, spans, upper|-")
+        spans = tuple(s for s in row[2].split(" | ") if s)
+        cases.append(Case(row[0], int(row[1]), spans, row[3] == "upper"))
+    return cases
+
+
+def longest_run(text: str) -> int:
+    """The longest run of one whitespace token repeated in a row (0 for blank text)."""
+    best, run, last = 0, 0, None
+    for token in text.split():
+        run = run + 1 if token == last else 1
+        best, last = max(best, run), token
+    return best
+
+
+def failures(case: Case, sentences: list[str]) -> list[str]:
+    """What the translated sentences of `case` break (empty when every property holds)."""
+    text = " ".join(sentences)
+    broken = []
+    if len(sentences) != case.sentences:
+        broken.append(f"{len(sentences)} sentences, expected {case.sentences}")
+    broken += [f"span {span!r} not verbatim" for span in case.verbatim if span not in text]
+    if longest_run(text) > MAX_RUN:
+        broken.append(f"a token repeated {longest_run(text)} times in a row")
+    rest = text
+    for span in case.verbatim:
+        rest = rest.replace(span, "")
+    if case.upper and re.search(r"[^\W\d_]", rest) and rest != rest.upper():
+        broken.append("not upper case")
+    return broken
+
+
+@dataclass(frozen=True)
+class RobustnessResult:
+    passed: int
+    total: int
+    failed: list[tuple[str, list[str]]]  # (input, what broke)
+
+
+def pass_rate(
+    loaded: Loaded,
+    cases: list[Case],
+    cfg: DecodeConfig,
+    device: str | torch.device = "cpu",
+    max_pieces: int = MAX_SRC_PIECES,
+) -> RobustnessResult:
+    """Translate every case (one batched call) and check its properties."""
+    per_line = translate_sentences(loaded, [c.text for c in cases], cfg, device, max_pieces=max_pieces)
+    failed = [(c.text, f) for c, out in zip(cases, per_line, strict=True) if (f := failures(c, out))]
+    return RobustnessResult(len(cases) - len(failed), len(cases), failed)
+
+
+def uppercase_bleu(
+    loaded: Loaded,
+    en: list[str],
+    refs: list[str],
+    hyps: list[str],
+    cfg: DecodeConfig,
+    device: str | torch.device = "cpu",
+) -> tuple[float, float]:
+    """Cased BLEU against upper-cased references of (the normal source's translations `hyps`
+    upper-cased, the translations of the upper-cased source). Issue 18 asks them within 2 BLEU."""
+    upper_refs = [r.upper() for r in refs]
+    upper_hyps = translate_lines(loaded, [s.upper() for s in en], cfg, device)
+    normal = score([h.upper() for h in hyps], upper_refs)["bleu"]
+    return float(normal), float(score(upper_hyps, upper_refs)["bleu"])

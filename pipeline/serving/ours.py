@@ -1,0 +1,95 @@
+"""Our engine's batched translation of raw sentences: encode, sort longest first, decode in
+batches with greedy or beam search, detokenise, in the input order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from pipeline.core.config import DecodeConfig
+from pipeline.data.batching import batches, pad
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.beam import Hypothesis, beam_search_n_best, decode_batch
+from pipeline.model.transformer import Transformer
+
+
+def decode_sentences(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    decode: Callable[[Tensor], list],
+    progress: bool = False,
+) -> list:
+    """Run `decode` (src `[B, S]` -> one result per row) over raw sentences, `cfg.batch_size` at a
+    time, longest first; returns the results in input order, None for blank inputs (the model
+    does not see them). Sources are pieces + eos, as in training, on the CPU."""
+    ids = tokenizer.encode_batch(list(sentences))
+    todo = [i for i, text in enumerate(sentences) if text.strip()]
+    order = sorted(todo, key=lambda i: (-len(ids[i]), i))
+    outputs: list = [None] * len(sentences)
+    chunks = list(batches(order, cfg.batch_size))
+    for chunk in tqdm(chunks, desc="decode", unit="batch", disable=not progress):
+        src = pad([ids[i] + [tokenizer.eos_id] for i in chunk], model.pad_id)
+        for i, result in zip(chunk, decode(src), strict=True):
+            outputs[i] = result
+    return outputs
+
+
+def translate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> list[str]:
+    """Translate raw sentences; returns detokenised outputs in the input order.
+
+    Sentences are encoded (source = pieces + eos, as in training), sorted longest first, decoded
+    `cfg.batch_size` at a time on `device` (the model is moved there and set to eval mode), and
+    detokenised with `tokenizer.decode`. Empty or whitespace-only inputs give "" without running
+    the model. `progress` shows a tqdm bar over batches.
+    """
+    model.eval().to(device)
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    with torch.inference_mode():
+        hyps = decode_sentences(
+            model,
+            tokenizer,
+            sentences,
+            cfg,
+            lambda src: decode_batch(model, src.to(device), bos, eos, cfg),
+            progress,
+        )
+    return ["" if h is None else tokenizer.decode(h) for h in hyps]
+
+
+def translate_n_best(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    n_best: int,
+    device: str | torch.device = "cpu",
+) -> list[list[tuple[str, float]]]:
+    """The `n_best` best translations of each sentence, best first, as (detokenised text,
+    length-normalised log-prob) pairs, by beam search with `cfg` (beam 1 included), batched as
+    `translate` does. Blank inputs give an empty list.
+
+    Raises:
+        ValueError: `n_best` outside 1..cfg.beam_size.
+    """
+    if not 1 <= n_best <= cfg.beam_size:
+        raise ValueError(f"n_best must be between 1 and the beam size {cfg.beam_size}, got {n_best}")
+    model.eval().to(device)
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+
+    def decode(src: Tensor) -> list[list[Hypothesis]]:
+        return beam_search_n_best(model, src.to(device), bos, eos, cfg, n_best)
+
+    results = decode_sentences(model, tokenizer, sentences, cfg, decode)
+    return [[] if r is None else [(tokenizer.decode(h.tokens), h.score) for h in r] for r in results]

@@ -1,0 +1,217 @@
+"""One model loader and one translate pipeline for raw English lines, shared by the decode stage,
+`mt-translate`, the report and the MLflow pyfunc.
+
+`load_translator` reads a checkpoint (`pipeline.training.checkpoint`) and checks it against the tokenizer
+(vocabulary size and special ids). `translate_lines` takes raw lines: each is split into sentences,
+protected spans become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, sentences
+longer than the trained maximum are cut into chunks; all model inputs of all lines are decoded
+together by `pipeline.serving.ours.translate` (batched beam search), then case, spans and lines are
+restored (see `pipeline.serving.textproc`). One output line per input line; an empty line stays empty.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.core.config import DecodeConfig
+from pipeline.core.errors import CheckpointError
+from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.serving import textproc
+from pipeline.serving.ours import translate, translate_n_best
+from pipeline.training.checkpoint import load_model
+
+MAX_SRC_PIECES = 128  # train.max_len default: source pieces the model saw at most (eos included)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model and the tokenizer it was trained with; `ct2` (a `ctranslate2.Translator` of the
+    same model, see `pipeline.serving.ct2`) decodes instead of our search when set."""
+
+    model: Transformer | None
+    tokenizer: Tokenizer
+    ct2: object | None = None
+
+
+def load_translator(checkpoint: str | Path, spm_model: str | Path) -> Loaded:
+    """The checkpoint's model (eval mode, CPU) and the SentencePiece model, checked against each
+    other: same vocabulary size and pad/bos/eos ids.
+
+    Raises:
+        CheckpointError: unreadable files (see `pipeline.training.checkpoint.load_model`, `Tokenizer.load`),
+            or a vocabulary / special-id mismatch.
+    """
+    tok = Tokenizer.load(spm_model)
+    model, state = load_model(checkpoint, vocab_size=tok.vocab_size)
+    ids = (state["pad_id"], state["bos_id"], state["eos_id"])
+    if ids != (tok.pad_id, tok.bos_id, tok.eos_id):
+        raise CheckpointError(
+            f"{checkpoint}: special ids pad/bos/eos {ids} differ from the tokenizer's "
+            f"{(tok.pad_id, tok.bos_id, tok.eos_id)}"
+        )
+    return Loaded(model, tok)
+
+
+def load_ct2_translator(
+    model_dir: str | Path, spm_model: str | Path, compute_type: str = "default"
+) -> Loaded:
+    """A CTranslate2 export (`python -m pipeline.ops.export ctranslate2`) with its tokenizer;
+    `compute_type` "float32", "int8", ... (CTranslate2's names).
+
+    Raises:
+        CheckpointError: the directory is not a CTranslate2 model of this tokenizer's vocabulary.
+    """
+    from pipeline.serving.ct2 import load_ct2, vocabulary_size
+
+    tok = Tokenizer.load(spm_model)
+    size = vocabulary_size(model_dir)
+    if size != tok.vocab_size:
+        raise CheckpointError(
+            f"{model_dir}: CTranslate2 vocabulary of {size} pieces, tokenizer has {tok.vocab_size}"
+        )
+    return Loaded(None, tok, load_ct2(model_dir, compute_type))
+
+
+def decode_texts(loaded: Loaded, texts: list[str], cfg: DecodeConfig, device, progress: bool) -> list[str]:
+    """Model inputs -> German with our batched search, or with CTranslate2 when `loaded.ct2` is set."""
+    if loaded.ct2 is not None:
+        from pipeline.serving.ct2 import ct2_translate
+
+        return ct2_translate(loaded.ct2, loaded.tokenizer, texts, cfg)
+    return translate(loaded.model, loaded.tokenizer, texts, cfg, device, progress)
+
+
+@dataclass
+class Sentence:
+    """One sentence of an input line: its text, its protected spans, its case and model inputs."""
+
+    line: int
+    text: str
+    spans: list[str]
+    form: textproc.CaseForm
+    inputs: list[str]  # [] = nothing translatable: the sentence comes back unchanged
+
+
+def _representable(tok: Tokenizer) -> textproc.Representable:
+    @functools.cache
+    def check(ch: str) -> bool:
+        return not textproc.foreign(ch) and tok.unk_id not in tok.encode(ch)
+
+    return check
+
+
+def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) -> list[Sentence]:
+    """Split, protect, case-normalise and chunk every line's sentences (see module docstring)."""
+    representable = _representable(tok)
+    limit = max(1, max_pieces - 1)  # eos takes one position
+
+    def count(word: str) -> int:
+        return len(tok.encode(word))
+
+    sentences = []
+    for number, line in enumerate(lines):
+        for text in textproc.split_sentences(line):
+            protected, spans = textproc.protect(text, representable)
+            if not textproc.translatable(protected):
+                sentences.append(Sentence(number, text, spans, "as_is", []))
+                continue
+            form = textproc.case_form(protected)
+            inputs = textproc.split_long(textproc.normalise_case(protected, form), count, limit)
+            if len(inputs) > 1:
+                print(
+                    f"warning: line {number + 1}: a sentence longer than {limit} pieces is translated "
+                    f"in {len(inputs)} pieces",
+                    file=sys.stderr,
+                )
+            sentences.append(Sentence(number, text, spans, form, inputs))
+    return sentences
+
+
+def finish(sentence: Sentence, outputs: list[str]) -> str:
+    """One sentence's German from its chunks' outputs: joined, repeats collapsed, case and spans
+    restored (an untranslatable sentence is returned unchanged)."""
+    if not sentence.inputs:
+        return sentence.text
+    german = textproc.collapse_repeats(" ".join(o for o in outputs if o))
+    return textproc.restore(textproc.restore_case(german, sentence.form), sentence.spans)
+
+
+def translate_sentences(
+    loaded: Loaded,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+    max_pieces: int = MAX_SRC_PIECES,
+) -> list[list[str]]:
+    """Each line's translated sentences (a list per line, [] for a blank line), all model inputs
+    decoded in one batched `pipeline.serving.ours.translate` call. Dropped placeholders are counted in
+    one stderr warning."""
+    sentences = prepare(lines, loaded.tokenizer, max_pieces)
+    flat = [text for s in sentences for text in s.inputs]
+    german = iter(decode_texts(loaded, flat, cfg, device, progress))
+    per_line: list[list[str]] = [[] for _ in lines]
+    missing = 0
+    for s in sentences:
+        outputs = [next(german) for _ in s.inputs]
+        missing += textproc.missing_placeholders(" ".join(outputs), len(s.spans)) if s.inputs else 0
+        per_line[s.line].append(finish(s, outputs))
+    if missing:
+        print(f"warning: {missing} protected span(s) dropped by the model were appended", file=sys.stderr)
+    return per_line
+
+
+def translate_lines(
+    loaded: Loaded,
+    lines: list[str],
+    cfg: DecodeConfig,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+    max_pieces: int = MAX_SRC_PIECES,
+) -> list[str]:
+    """One German line per input line (sentences re-joined with a space; blank -> "")."""
+    per_line = translate_sentences(loaded, lines, cfg, device, progress, max_pieces)
+    return [" ".join(sentences) for sentences in per_line]
+
+
+def translate_lines_n_best(
+    loaded: Loaded,
+    lines: list[str],
+    cfg: DecodeConfig,
+    n_best: int,
+    device: str | torch.device = "cpu",
+    max_pieces: int = MAX_SRC_PIECES,
+) -> list[list[tuple[str, float]]]:
+    """The `n_best` best German lines of each input line as (text, length-normalised log-prob),
+    best first, with the same processing as `translate_lines`. The k-th line joins the k-th best
+    of each of its model inputs (sentences, chunks); its score is their mean. A blank line gives
+    [], a line with nothing translatable one entry (the line itself, score 0.0).
+
+    Raises:
+        ValueError: `n_best` outside 1..cfg.beam_size.
+    """
+    sentences = prepare(lines, loaded.tokenizer, max_pieces)
+    flat = [text for s in sentences for text in s.inputs]
+    results = iter(translate_n_best(loaded.model, loaded.tokenizer, flat, cfg, n_best, device))
+    per_line: list[list[tuple[Sentence, list[list[tuple[str, float]]]]]] = [[] for _ in lines]
+    for s in sentences:
+        per_line[s.line].append((s, [next(results) for _ in s.inputs]))
+    out = []
+    for line, parts in zip(lines, per_line, strict=True):
+        ranks = min([n_best] + [len(r) for _, chunks in parts for r in chunks])
+        if not any(s.inputs for s, _ in parts):
+            out.append([(" ".join(finish(s, []) for s, _ in parts), 0.0)] if line.strip() else [])
+            continue
+        entries = []
+        for k in range(ranks):
+            scores = [r[k][1] for _, chunks in parts for r in chunks]
+            text = " ".join(finish(s, [r[k][0] for r in chunks]) for s, chunks in parts)
+            entries.append((text, sum(scores) / len(scores)))
+        out.append(entries)
+    return out

@@ -1,0 +1,282 @@
+"""Checkpoints: save, safe load, resume, averaging and the final-model choice.
+
+A checkpoint is a dict of plain types and tensors, written atomically with `torch.save` and read
+with `torch.load(weights_only=True)`: loading a file someone handed you cannot run code.
+
+- Weights (`best.pt`, `step<N>.pt`, `model.pt`): `MODEL_KEYS`, all that rebuilds the model:
+  `model_cfg` (a `ModelConfig` dump), `vocab_size`, `pad_id`, `bos_id`, `eos_id`, `model`.
+- `last.pt` adds what continues the run exactly: `optimizer`, `rng`, `progress` (the loop's
+  bookkeeping), `identity` (what the trajectory depends on) and its `fingerprint`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import ValidationError
+
+from pipeline.core.config import ModelConfig
+from pipeline.core.errors import CheckpointError
+from pipeline.core.io import atomic_path
+from pipeline.data.tokenizer import BOS_ID, EOS_ID
+from pipeline.model.transformer import Transformer
+from pipeline.tracking.runs import flatten
+from pipeline.training.distributed import World
+
+MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
+
+
+def save(path: str | Path, state: dict) -> Path:
+    """Write `state` to `path` atomically (temp file + rename): a crash never leaves it half-written."""
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    return Path(path)
+
+
+def load(path: str | Path) -> dict:
+    """Read a checkpoint onto the CPU, refusing anything but tensors and plain types.
+
+    Raises:
+        CheckpointError: missing, truncated/corrupt, holding other objects (code), or lacking
+            the model keys.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only met something else than tensors/plain data
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        if found:  # a class or function: unpickling would call it
+            raise CheckpointError(
+                f"{path}: refused: loading it could run code (it names {found.group(1)})"
+            ) from None
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint (not a pickle of tensors)") from None
+    except Exception as exc:  # torch raises many types for a corrupt zip/pickle
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({type(exc).__name__})") from None
+    if not isinstance(state, dict) or any(k not in state for k in MODEL_KEYS):
+        raise CheckpointError(f"{path}: not a model checkpoint (needs keys {', '.join(MODEL_KEYS)})")
+    return state
+
+
+def weights(model: Transformer) -> dict:
+    """The `MODEL_KEYS` dict of `model` (the weights and what rebuilds it)."""
+    return {
+        "model": model.state_dict(),
+        "model_cfg": model.cfg.model_dump(),
+        "vocab_size": model.vocab_size,
+        "pad_id": model.pad_id,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+    }
+
+
+def build_model(state: dict, path: str | Path = "<checkpoint>") -> Transformer:
+    """Rebuild the `Transformer` a checkpoint describes and load its weights (eval mode, CPU).
+
+    Raises:
+        CheckpointError: the config is invalid or the weights belong to another architecture.
+    """
+    try:
+        cfg = ModelConfig.model_validate(state["model_cfg"])
+    except ValidationError as exc:
+        raise CheckpointError(f"{path}: invalid model_cfg ({exc.errors()[0]['msg']})") from None
+    model = Transformer(cfg, state["vocab_size"], state["pad_id"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
+        raise CheckpointError(f"{path}: weights do not fit the model config ({first})") from None
+    return model.eval()
+
+
+def load_model(path: str | Path, vocab_size: int | None = None) -> tuple[Transformer, dict]:
+    """Load a model checkpoint; when `vocab_size` is given it must match the checkpoint's.
+
+    Returns the model (eval mode, CPU) and the checkpoint dict.
+
+    Raises:
+        CheckpointError: see `load` and `build_model`, or a vocabulary mismatch.
+    """
+    state = load(path)
+    if vocab_size is not None and state["vocab_size"] != vocab_size:
+        raise CheckpointError(
+            f"{path}: vocabulary size {state['vocab_size']} does not match the tokenizer's {vocab_size}"
+        )
+    return build_model(state, path), state
+
+
+# ---------------------------------------------------------------- continuing a run
+
+
+def fingerprint(identity: dict) -> str:
+    """SHA-256 of a run's identity (a JSON-able dict): equal fingerprints, same trajectory."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def rng_state() -> dict:
+    """The python, numpy and torch RNG states as tensors and plain types (weights_only-safe)."""
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(mt), gauss],
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def training_state(
+    model: Transformer, optimizer: torch.optim.Optimizer, progress: dict, identity: dict
+) -> dict:
+    """What `last.pt` holds: the weights plus everything that continues the run exactly."""
+    return {
+        **weights(model),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng_state(),
+        "progress": progress,
+        "identity": identity,
+        "fingerprint": fingerprint(identity),
+    }
+
+
+def resume(path: Path, identity: dict, model: Transformer, optimizer: torch.optim.Optimizer, world: World):
+    """Restore model, optimizer and RNG from `path` (`last.pt`) when rank 0 finds it written by a
+    run of the same `identity`; returns its progress dict, or None for a fresh start.
+
+    When `path` belongs to another identity (say, a new lr), rank 0 says which values changed in
+    one line and deletes that run's checkpoints, so none is averaged into this run's model. On
+    resume every rank reads `path` (the folder must be on storage every node sees) and then holds
+    rank 0's weights and optimizer state.
+
+    Raises:
+        CheckpointError: `path` is unreadable, or another rank cannot read it.
+    """
+    state = None
+    if world.is_main and path.is_file():
+        try:
+            state = load(path)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; delete it to start training afresh") from None
+    same = state is not None and state.get("fingerprint") == fingerprint(identity)
+    if not world.rank0_says(same):
+        if state is not None:
+            print(f"{path}: {_what_changed(state.get('identity', {}), identity)}; starting afresh")
+            remove_run(path.parent)
+        return None
+    if not world.is_main:
+        state = _load_on_every_rank(path, world)
+    elif world.size > 1:
+        world.sum(1.0)  # rank 0 read it: its part of `_load_on_every_rank`'s check
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    world.broadcast([*model.state_dict().values(), *_optimizer_tensors(optimizer)])
+    print(f"resuming from {path} at step {state['progress']['step']}")
+    return state["progress"]
+
+
+def _load_on_every_rank(path: Path, world: World) -> dict:
+    try:
+        state, error = load(path), ""
+    except CheckpointError as exc:
+        state, error = None, str(exc)
+    if world.sum(0.0 if error else 1.0) < world.size:
+        raise CheckpointError(
+            error + f" (rank {world.rank}; every node needs the checkpoint folder)"
+            if error
+            else f"{path}: another rank cannot read it; see that rank's error"
+        )
+    return state
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+
+
+def _what_changed(old: dict, new: dict) -> str:
+    if not old:
+        return "written by an older version"
+    before, after = flatten(old), flatten(new)
+    changed = [f"{k} {before.get(k)} -> {after.get(k)}" for k in sorted(before.keys() | after.keys())
+               if before.get(k) != after.get(k)]  # fmt: skip
+    return "written with other settings: " + ", ".join(changed)
+
+
+def remove_run(out_dir: Path) -> None:
+    """Delete the checkpoints of an abandoned run in `out_dir` (step, best and last)."""
+    for path in [*out_dir.glob("step*.pt"), out_dir / "best.pt", out_dir / "last.pt"]:
+        path.unlink(missing_ok=True)
+
+
+def keep_newest(out_dir: Path, kept: list[str], n: int) -> list[str]:
+    """Delete all but the newest `n` of the step checkpoints `kept` (oldest first); returns those."""
+    for name in kept[:-n]:
+        (out_dir / name).unlink(missing_ok=True)
+    return kept[-n:]
+
+
+# ---------------------------------------------------------------- the final model
+
+
+def average(paths: list[Path]) -> dict:
+    """Average the model weights of several checkpoints (Vaswani et al. 2017, §6.1).
+
+    Returns the last checkpoint's `MODEL_KEYS` with `model` the element-wise mean (computed in
+    float64; integer buffers from the last). Tied weights (one tensor under two names) stay tied.
+    """
+    states = [load(p) for p in paths]
+    avg, done = {}, {}
+    for key, value in states[-1]["model"].items():
+        if value.data_ptr() in done:  # a tied weight: the same tensor under another name
+            avg[key] = done[value.data_ptr()]
+            continue
+        if value.is_floating_point():
+            avg[key] = sum(s["model"][key].double() for s in states).div(len(states)).to(value.dtype)
+        else:
+            avg[key] = value
+        done[value.data_ptr()] = avg[key]
+    return {**{k: states[-1][k] for k in MODEL_KEYS}, "model": avg}
+
+
+def candidates(out_dir: Path, kept: list[str], average_last: int) -> dict[str, dict]:
+    """The final-model candidates: `best.pt`, the average of the last min(4, average_last) kept
+    step checkpoints, and of all `average_last` of them when that is more than 4."""
+    out = {"best": {k: v for k, v in load(out_dir / "best.pt").items() if k in MODEL_KEYS}}
+    for n in sorted({min(4, average_last, len(kept)), min(average_last, len(kept))}):
+        if n >= 2:
+            out[f"average_last_{n}"] = average([out_dir / name for name in kept[-n:]])
+    return out
+
+
+def final_model(out_dir: Path, kept: list[str], average_last: int, score: Callable[[Transformer], float]):
+    """Choose the final weights on validation (`score`, higher is better; a tie goes to an average).
+
+    Returns (the chosen `MODEL_KEYS` dict, {"source": its name, "candidates": {name: score}}).
+    """
+    states = candidates(out_dir, kept, average_last)
+    scores = {name: score(build_model(state)) for name, state in states.items()}
+    for name, value in scores.items():
+        print(f"final-model candidate {name}: {value:.4g}")
+    choice = max(scores, key=lambda name: (scores[name], name != "best"))
+    return states[choice], {"source": choice, "candidates": scores}

@@ -1,0 +1,398 @@
+"""The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`.
+
+Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule (Vaswani et al.
+2017, §5.3-5.4), gradient clipping and accumulation, bf16 autocast where it pays. Every
+`val_every` steps rank 0 validates and writes `best.pt` (when val improved), `step<N>.pt` (the
+last `average_last` kept for the final average; both weights only) and `last.pt` (weights,
+optimizer, RNG, data position: what continues the run exactly). Training stops at the first of
+`max_steps`, `max_minutes` (wall clock, validation included) and `patience` validations without
+a better score.
+
+A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
+schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
+raising `max_minutes` or `max_steps` continues a finished run where it stopped.
+
+Under `torchrun` (see `pipeline.training.distributed`) the model is wrapped in DistributedDataParallel:
+each optimizer step takes the next `accum_steps × world size` batches of the seeded order and
+rank r trains on every world-size-th of them, so the step is the one a single process would take
+with `accum_steps × world size` micro-batches. Rank 0 alone validates, decides when to stop
+(broadcast to all), and writes checkpoints, the log, tracking records and progress output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+
+from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TrainConfig
+from pipeline.core.device import autocast
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_path
+from pipeline.core.metrics import score as sacrebleu
+from pipeline.data.batching import Pair, collate, make_batches
+from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.tracking.runs import NullTracker, Tracker
+from pipeline.training import checkpoint
+from pipeline.training.distributed import World
+from pipeline.training.progress import ConsoleProgress
+from pipeline.training.validation import Validation
+
+LOG_EVERY = 50  # steps between train-loss records (MLflow) and plain progress lines
+
+
+@dataclass
+class RunContext:
+    """Where and how one training runs."""
+
+    out_dir: Path  # checkpoints
+    log_csv: Path  # one row per validation
+    data_id: str  # identifies the training pairs (see `data_id`)
+    world: World = field(default_factory=World)
+    tracker: Tracker = field(default_factory=NullTracker)
+    device: torch.device = torch.device("cpu")
+    bf16: bool = False
+    init_from: dict | None = None  # the champion a warm start began from (`pipeline.training.warm_start`)
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in `last.pt` so a continued run picks up exactly here."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already taken
+    wall_seconds: float = 0.0  # training time so far, over all sessions of the run
+    best_score: float = -math.inf
+    bad_validations: int = 0  # validations since the best
+    log: list[dict] = field(default_factory=list)  # the rows of the log CSV
+    kept: list[str] = field(default_factory=list)  # step checkpoints kept for averaging, oldest first
+
+
+def train(
+    model: Transformer, pairs: list[Pair], validate: Validation, cfg: OptimConfig, run: RunContext
+) -> Progress:
+    """Train `model` on `pairs` (piece ids without specials) until a budget or the patience runs out.
+
+    `validate(model)` returns {"val_loss": ..., validate.metric_name: score (higher = better)}.
+    Returns the final progress (rank 0's log and kept checkpoints).
+
+    Raises:
+        PipelineError: the loss is not finite (the last good `last.pt` is kept).
+        CheckpointError: `last.pt` cannot be read.
+    """
+    world, out_dir = run.world, run.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.to(run.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+    identity = run_identity(model, cfg, run)
+    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world)
+    progress = Progress(**saved) if saved else Progress()
+    if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
+        seed_everything(cfg.seed + 1000 * world.rank + progress.step)
+    net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
+    order = EpochOrder(pairs, cfg.max_tokens, cfg.seed)
+    started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
+    console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
+    window = Window()
+
+    def validation_point(lr: float) -> None:  # rank 0: validate, log, save the checkpoints
+        progress.wall_seconds = time.time() - started
+        metrics = validate(model)
+        row = dict(step=progress.step, epoch=progress.epoch, train_loss=window.loss(), **metrics, lr=lr,
+                   tokens_per_s=window.tokens_per_second(), wall_seconds=round(progress.wall_seconds, 1))  # fmt: skip
+        progress.log.append(row)
+        console.line(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+        run.tracker.log_metrics(metrics, progress.step)
+        improved = metrics[validate.metric_name] > progress.best_score
+        if improved:
+            progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
+        else:
+            progress.bad_validations += 1
+        save_checkpoints(model, optimizer, progress, improved, identity, cfg.average_last, run)
+        write_log(progress.log, run.log_csv)
+        window.reset()
+
+    lr = inverse_sqrt_lr(progress.step, cfg.peak_lr, cfg.warmup_steps)
+    try:
+        while world.rank0_says(budget_left(progress, cfg, time.time() - started)):
+            batches = [
+                to_tensors(pairs, b, model.pad_id, run.device)
+                for b in next_batches(order, progress, cfg, world)
+            ]
+            lr = inverse_sqrt_lr(progress.step + 1, cfg.peak_lr, cfg.warmup_steps)
+            loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
+            progress.step += 1
+            if not math.isfinite(loss):
+                raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
+                                    f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
+            window.add(loss, n_tokens)
+            stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
+            console.update(progress.step, time.time() - started, stats)
+            if world.is_main and progress.step % LOG_EVERY == 0:
+                run.tracker.log_metrics(stats, progress.step)
+            if world.is_main and progress.step % cfg.val_every == 0:
+                validation_point(lr)
+    finally:
+        console.close()  # before any error message, so it gets a line of its own
+    if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
+        validation_point(lr)  # the final weights, once
+    if world.is_main:
+        write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
+    return progress
+
+
+def train_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[list[Tensor]],
+    lr: float,
+    cfg: OptimConfig,
+    run: RunContext,
+) -> tuple[float, int]:
+    """One optimizer step over this rank's micro-batches `[(src, tgt_in, tgt_out)]` at learning
+    rate `lr`. Returns (loss per target token, target tokens), both summed over all ranks.
+
+    The summed loss of a micro-batch is scaled by world size / target tokens of the whole step:
+    DDP averages gradients over ranks, so the step follows the mean loss per target token.
+    """
+    net.train()
+    optimizer.zero_grad(set_to_none=True)
+    pad_id = getattr(net, "module", net).pad_id  # the Transformer, inside DDP's wrapper or not
+    n_tokens = int(run.world.sum(sum(int((tgt_out != pad_id).sum()) for *_, tgt_out in batches)))
+    total = 0.0
+    for src, tgt_in, tgt_out in batches:
+        keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
+        with autocast(run.device, run.bf16):
+            logits = net(src, tgt_in, keep)  # [N, V], N = keep.sum()
+        loss = label_smoothed_loss(logits, tgt_out[keep], pad_id, cfg.label_smoothing)
+        (loss * run.world.size / n_tokens).backward()
+        total += loss.item()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.clip_norm)
+    optimizer.step()
+    return run.world.sum(total) / n_tokens, n_tokens
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
+    """Summed label-smoothed cross-entropy over non-pad targets (Szegedy et al. 2016; §5.4).
+
+    The true class gets 1 - ε + ε/V, every other class ε/V. Args: logits `[N, V]`
+    (any float dtype, computed in fp32), target `[N]`. Returns a scalar (nats).
+    """
+    return F.cross_entropy(
+        logits.float(), target, ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
+    )
+
+
+def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
+    """lr of optimizer step `step` (1-based) = peak · min(step / warmup, √(warmup / step)): §5.3's
+    schedule, scaled to peak at `warmup_steps`."""
+    step = max(step, 1)
+    return peak_lr * min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def budget_left(progress: Progress, cfg: OptimConfig, seconds: float) -> bool:
+    """Steps, wall-clock time (`seconds` spent, earlier sessions included) and patience left?"""
+    return (
+        progress.step < cfg.max_steps
+        and seconds < cfg.max_minutes * 60
+        and progress.bad_validations < cfg.patience
+    )
+
+
+class EpochOrder:
+    """The seeded batch order of an epoch (`pipeline.data.batching.make_batches`), computed once per epoch."""
+
+    def __init__(self, pairs: list[Pair], max_tokens: int, seed: int) -> None:
+        self.pairs, self.max_tokens, self.seed, self.cached = pairs, max_tokens, seed, (-1, [])
+
+    def __call__(self, epoch: int) -> list[list[int]]:
+        if self.cached[0] != epoch:
+            self.cached = (epoch, make_batches(self.pairs, self.max_tokens, self.seed, epoch))
+        return self.cached[1]
+
+
+def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world: World) -> list[list[int]]:
+    """This rank's share of the next `accum_steps × world size` batches of the seeded order
+    (crossing epochs): every world-size-th batch, starting at its rank. Advances `progress`."""
+    out = []
+    while len(out) < cfg.accum_steps * world.size:
+        batches = order(progress.epoch)
+        if progress.batch_in_epoch >= len(batches):
+            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
+            continue
+        out.append(batches[progress.batch_in_epoch])
+        progress.batch_in_epoch += 1
+    return out[world.rank :: world.size]
+
+
+def to_tensors(pairs: list[Pair], batch: list[int], pad_id: int, device: torch.device) -> list[Tensor]:
+    """The pairs at indices `batch` as `[src [B, S], tgt_in [B, T], tgt_out [B, T]]` on `device`."""
+    return [t.to(device) for t in collate([pairs[i] for i in batch], pad_id, BOS_ID, EOS_ID)]
+
+
+def save_checkpoints(
+    model, optimizer, progress: Progress, improved: bool, identity: dict, average_last: int, run
+):
+    """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
+    `average_last` kept), then `last.pt` (everything). Each file is tracked as it is written."""
+    written, weights = [], checkpoint.weights(model)
+    if improved:
+        written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}))
+    name = f"step{progress.step:07d}.pt"
+    written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}))
+    progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
+    state = checkpoint.training_state(model, optimizer, asdict(progress), identity)
+    written.append(checkpoint.save(run.out_dir / "last.pt", state))
+    for path in written:
+        run.tracker.log_artifact(path, "checkpoints")
+
+
+def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
+    """What the training trajectory depends on, hence what `last.pt` must share to be continued:
+    the model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
+    (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets
+    (max_steps, max_minutes, patience), val_every, average_last, threads or the validation set.
+    A warm-started run adds its starting point (`init_from`: the champion's version and run), so a
+    from-scratch `last.pt` is never continued as a fine-tuning or the other way round; a
+    from-scratch identity has no such key (earlier runs' `last.pt` stay continuable)."""
+    identity = {
+        "model": model.cfg.model_dump(),
+        "vocab_size": model.vocab_size,
+        "data": run.data_id,
+        "optim": {name: getattr(cfg, name) for name in cfg.TRAJECTORY},
+        "bf16": run.bf16,
+        "processes": run.world.size,
+    }
+    return identity | ({"init_from": run.init_from} if run.init_from else {})
+
+
+def data_id(pairs: list[Pair]) -> str:
+    """SHA-256 of the training pairs' ids: changes with the corpus, the tokenizer or `max_len`."""
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+
+
+def bleu_validation(
+    tok: Tokenizer,
+    val: Mapping[str, list[str]],
+    decode: DecodeConfig,
+    max_tokens: int,
+    device: torch.device,
+    tgt: str = "de",
+) -> Validation:
+    """Validation on Multi30k val sentences (`val["en"]`, `val[tgt]`): loss, and sacreBLEU of the
+    greedy outputs (`val_bleu`)."""
+    return Validation(
+        encode_pairs(tok, val["en"], val[tgt]), list(val[tgt]), tok.decode, "val_bleu",
+        lambda hyps, refs: sacrebleu(hyps, refs)["bleu"], decode, max_tokens, device,
+    )  # fmt: skip
+
+
+def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | None = None) -> list[Pair]:
+    """(src ids, tgt ids) per pair; pairs with a side over `max_len` pieces are dropped."""
+    pairs = list(zip(tok.encode_batch(en), tok.encode_batch(de), strict=True))
+    return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]
+
+
+def finish(model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext):
+    """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
+    as `out_dir/model.pt` and track it. Returns (metrics, facts) for the stage to write."""
+    state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
+    checkpoint.save(run.out_dir / "model.pt", state)
+    run.tracker.log_artifact(run.out_dir / "model.pt", "model")
+    metrics = summary(progress) | {
+        "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names
+    start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
+    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}; final model "
+          f"{choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
+    return metrics, run_facts(cfg, run, choice)
+
+
+def summary(progress: Progress) -> dict[str, float]:
+    """The numbers of a finished run people compare (DVC metrics; MLflow metrics of the same names)."""
+    rows = progress.log
+    return {
+        "steps": progress.step,
+        "epochs": progress.epoch,
+        "minutes": round(progress.wall_seconds / 60, 2),
+        "mean_tokens_per_s": round(sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1), 1),
+    }
+
+
+def run_facts(cfg: TrainConfig, run: RunContext, final: dict) -> dict:
+    """Where and how a run trained (not metrics): machine, versions, batch, final-model choice."""
+    return {
+        "device": str(run.device),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "bf16": run.bf16,
+        "processes": run.world.size,
+        "max_tokens_per_step": cfg.optim.max_tokens * cfg.optim.accum_steps * run.world.size,  # padded
+        "final_model": final,
+        "init_from": run.init_from,  # None: from scratch; else {"alias", "version", "run_id"}
+        "model": cfg.model.model_dump(),
+        "optim": cfg.optim.model_dump(),
+    }
+
+
+def new_model(cfg: ModelConfig, vocab_size: int, pad_id: int, seed: int) -> Transformer:
+    """A freshly initialised Transformer; seeded, so a run's initial weights are reproducible."""
+    seed_everything(seed)
+    return Transformer(cfg, vocab_size, pad_id)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _device_ids(device: torch.device) -> list[int] | None:
+    return [device.index] if device.type == "cuda" else None
+
+
+class Window:
+    """Running train loss and throughput since the last validation."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.tokens, self.started = 0.0, 0, time.time()
+
+    def add(self, loss_per_token: float, n_tokens: int) -> None:
+        self.loss_sum += loss_per_token * n_tokens
+        self.tokens += n_tokens
+
+    def loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(time.time() - self.started, 1e-9)
+
+
+def write_log(rows: list[dict], path: Path) -> None:
+    """Write the per-validation log as CSV, atomically."""
+    with atomic_path(path) as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False, float_format="%.6g")

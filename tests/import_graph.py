@@ -1,0 +1,82 @@
+"""The project's import graph, read from the source with `ast` (nothing is imported).
+
+Used by `test_layers.py`: module names are dotted (`pipeline.model.beam`), files are paths
+relative to the repository root. Every import counts, function-local ones included, so a
+deferred import is a dependency like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipeline", "stages")
+
+
+def module_file(module: str) -> Path | None:
+    """`pipeline.model.beam` -> `pipeline/model/beam.py` (or a package's `__init__.py`); None if absent."""
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def module_name(path: Path) -> str:
+    """`pipeline/model/beam.py` -> `pipeline.model.beam`; a package's `__init__.py` -> the package."""
+    parts = path.resolve().relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def imports(module: str) -> frozenset[str]:
+    """The project modules `module` imports (`from pkg import mod` resolves to `pkg.mod` when that
+    is a module, else to `pkg`)."""
+    path = module_file(module)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if module_file(child) else node.module)
+    return frozenset(m for m in found if m.split(".")[0] in PACKAGES and module_file(m))
+
+
+def closure(module: str) -> set[str]:
+    """`module` and every project module it imports, directly or not."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(imports(current))
+    return seen
+
+
+def cycle(modules: list[str]) -> list[str] | None:
+    """One import cycle among `modules` (as a path that returns to its start), or None."""
+    state: dict[str, str] = {}
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        state[m] = "open"
+        for n in sorted(imports(m)):
+            if state.get(n) == "open":
+                return path + [m, n]
+            if n not in state and (found := visit(n, path + [m])):
+                return found
+        state[m] = "done"
+        return None
+
+    for m in sorted(modules):
+        if m not in state and (found := visit(m, [])):
+            return found[found.index(found[-1]) :]
+    return None
+
+
+def all_modules(package: str) -> list[str]:
+    """Every module under `package` (its `__init__` files included)."""
+    return sorted(module_name(p) for p in (ROOT / package).rglob("*.py"))

@@ -1,0 +1,80 @@
+"""The package's architecture, checked from the source: layers import only downwards, there is no
+import cycle, and every DVC stage depends on exactly the code it imports."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import yaml
+from import_graph import ROOT, all_modules, closure, cycle, imports, module_file  # tests/ is on sys.path
+
+from pipeline import LAYERS
+
+STAGE_CMD = re.compile(r"python -m (stages\.\w+)")
+
+
+def layer_of(module: str) -> str | None:
+    """`pipeline.model.beam` -> `model`; None outside the layers (`pipeline`, `pipeline.__main__`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_pipeline_top_level_holds_only_the_layers() -> None:
+    top = {p.name for p in (ROOT / "pipeline").iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "__main__.py", *LAYERS}
+
+
+def test_layers_import_only_from_layers_below() -> None:
+    wrong = []
+    for module in all_modules("pipeline"):
+        here = layer_of(module)
+        if here is None:
+            continue
+        for imported in imports(module):
+            there = layer_of(imported)
+            if there is not None and LAYERS.index(there) > LAYERS.index(here):
+                wrong.append(f"{module} ({here}) imports {imported} ({there})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle() -> None:
+    found = cycle(all_modules("pipeline") + all_modules("stages"))
+    assert found is None, " -> ".join(found)
+
+
+def test_package_inits_hold_no_code() -> None:
+    """`__init__.py` files are docstrings and constants only, so the stages need not depend on them."""
+    for module in all_modules("pipeline") + all_modules("stages"):
+        path = module_file(module)
+        if path.name == "__init__.py":
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            assert all(isinstance(n, ast.Expr | ast.Assign) for n in tree.body), path
+            assert not imports(module), path
+
+
+def code_deps(module: str) -> set[str]:
+    """The `.py` files a stage runs: its module's import closure, `__init__.py` files left out."""
+    files = (module_file(m).relative_to(ROOT) for m in closure(module))
+    return {str(f) for f in files if f.name != "__init__.py"}
+
+
+def test_every_stage_depends_on_exactly_the_code_it_imports() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    problems = []
+    for name, stage in stages.items():
+        module = STAGE_CMD.search(stage["cmd"]).group(1)
+        listed = {d for d in stage["deps"] if d.endswith(".py")}
+        expected = code_deps(module)
+        if listed != expected:
+            problems.append(
+                f"{name}: missing {sorted(expected - listed)}, not imported {sorted(listed - expected)}"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_training_does_not_depend_on_serving_or_ops() -> None:
+    for module in ("stages.train", "stages.warmup_train"):
+        layers = {layer_of(m) for m in closure(module)}
+        assert not layers & {"serving", "ops"}, module
+        assert "pipeline.model.beam" not in closure(module), module
