@@ -95,6 +95,35 @@ def test_smoke_dag_runs_end_to_end(smoke):
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
 
 
+def stale_stages(work: Path, env: dict) -> set[str]:
+    out = subprocess.run(
+        ["dvc", "status", "--json"], cwd=work, env=env, capture_output=True, text=True, check=True
+    )
+    return set(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize(
+    ("edited", "stale"),
+    [
+        ("pipeline/model/beam.py", {"decode", "report"}),
+        ("pipeline/serving/textproc.py", {"decode", "report"}),
+        ("pipeline/serving/pyfunc.py", {"decode"}),
+        ("pipeline/ops/report.py", {"report"}),
+        ("pipeline/ops/cli.py", set()),
+    ],
+)
+def test_an_inference_side_edit_leaves_training_up_to_date(smoke, edited: str, stale: set[str]) -> None:
+    work, env, _ = smoke
+    path = work / edited
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original + b"# an edit\n")
+        assert stale_stages(work, env) == stale
+    finally:
+        path.write_bytes(original)
+    assert stale_stages(work, env) == set()
+
+
 def test_dvc_metrics_are_numbers_that_fit_a_terminal(smoke):
     """`dvc metrics show` compares numbers only (configuration lives in params.yaml, signatures and
     device facts in the *_facts.json files)."""
