@@ -16,7 +16,7 @@ from pipeline.core.errors import PipelineError  # noqa: E402
 from pipeline.model.transformer import Transformer  # noqa: E402
 from pipeline.training import checkpoint  # noqa: E402
 from pipeline.training import loop as train_module  # noqa: E402
-from pipeline.training.loop import RunContext, inverse_sqrt_lr, label_smoothed_loss, run_identity  # noqa: E402
+from pipeline.training.loop import RunContext, label_smoothed_loss, run_identity  # noqa: E402
 
 PAD = 0
 
@@ -32,17 +32,6 @@ def test_label_smoothed_loss_matches_hand_computation():
         expected += -((1 - eps) * logp[y] + eps / v * sum(logp))
     got = label_smoothed_loss(logits, target, PAD, eps)
     assert got.item() == pytest.approx(expected, rel=1e-6)
-
-
-def test_inverse_sqrt_schedule():
-    assert inverse_sqrt_lr(1, 1e-3, 100) == pytest.approx(1e-5)
-    assert inverse_sqrt_lr(50, 1e-3, 100) == pytest.approx(5e-4)
-    assert inverse_sqrt_lr(100, 1e-3, 100) == pytest.approx(1e-3)
-    assert inverse_sqrt_lr(400, 1e-3, 100) == pytest.approx(5e-4)
-    # proportional to the paper's d^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    paper = [min(s**-0.5, s * 100**-1.5) for s in (10, 100, 1000)]
-    ours = [inverse_sqrt_lr(s, 1.0, 100) for s in (10, 100, 1000)]
-    assert [o / p for o, p in zip(ours, paper, strict=True)] == pytest.approx([10.0] * 3)
 
 
 def test_resume_reproduces_uninterrupted_weights(tmp_path):
@@ -147,3 +136,12 @@ def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
         match=r"^train: loss is nan at step 1; stopped, the last good checkpoint is .*last\.pt$",
     ):
         toy_run(tmp_path, pairs(), max_steps=4)
+
+
+@pytest.mark.parametrize(
+    ("step", "bad", "expected"),
+    [(16, 0, "max_steps"), (16, 3, "max_steps"), (9, 3, "patience"), (9, 0, "max_minutes")],
+)
+def test_the_facts_name_the_budget_that_ended_a_run(step, bad, expected):
+    cfg = OptimConfig(**TOY_OPTIM, patience=3)
+    assert train_module.stopped_by(train_module.Progress(step=step, bad_validations=bad), cfg) == expected

@@ -69,7 +69,8 @@ class ModelConfig(Section):
     n_layers: int = Field(default=3, gt=0)
     d_ff: int = Field(default=1024, gt=0)
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)  # on the attention weights
+    act_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)  # after the FFN's ReLU; None: `dropout`
     pre_norm: bool = False
     tie_embeddings: bool = True
 
@@ -91,20 +92,22 @@ class OptimConfig(Section):
     max_tokens: int = Field(default=2500, gt=0)  # padded tokens of the larger side per batch
     accum_steps: int = Field(default=1, gt=0)
     peak_lr: float = Field(default=1e-3, gt=0.0)
+    schedule: Literal["inverse_sqrt", "linear", "cosine"] = "inverse_sqrt"  # pipeline.training.schedule
     warmup_steps: int = Field(default=800, gt=0)
     label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
     clip_norm: float = Field(default=1.0, gt=0.0)
-    max_steps: int = Field(default=100_000, gt=0)
-    max_minutes: float = Field(default=85.0, gt=0.0)  # wall clock, validation included
-    val_every: int = Field(default=300, gt=0)
+    max_steps: int = Field(default=3200, gt=0)  # the budget: the same run on every machine
+    max_minutes: float = Field(default=150.0, gt=0.0)  # a safety cap (wall clock, validation included)
+    val_every: int = Field(default=400, gt=0)
     patience: int = Field(default=10, gt=0)  # validations without improvement
     average_last: int = Field(default=10, gt=0)  # step checkpoints kept for the final average
+    ema_decay: float | None = Field(default=None, gt=0.0, lt=1.0)  # weight average candidate; None: off
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     threads: int | None = Field(default=None, gt=0)
 
     TRAJECTORY: ClassVar[tuple[str, ...]] = (
-        "seed", "max_tokens", "accum_steps", "peak_lr", "warmup_steps", "label_smoothing", "clip_norm",
+        "seed", "max_tokens", "accum_steps", "peak_lr", "schedule", "warmup_steps", "label_smoothing", "clip_norm",
     )  # fmt: skip
 
 
@@ -167,7 +170,7 @@ class DecodeConfig(Section):
     """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
 
     beam_size: int = Field(default=5, gt=0)
-    length_penalty: float = Field(default=1.0, ge=0.0)
+    length_penalty: float = Field(default=1.4, ge=0.0)
     max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
     max_len_b: int = Field(default=10, ge=1)
     batch_size: int = Field(default=64, gt=0)  # sentences per batch

@@ -219,6 +219,11 @@ class FeedForward(nn.Module):
         return self.w2(self.dropout(F.relu(self.w1(x))))
 
 
+def act_dropout(cfg: ModelConfig) -> float:
+    """The FFN's dropout after ReLU: `act_dropout`, or the residual `dropout` when unset."""
+    return cfg.dropout if cfg.act_dropout is None else cfg.act_dropout
+
+
 class Residual(nn.Module):
     """A sublayer with residual and layer norm (§5.4 dropout): post-norm LN(x + Drop(f(x))) as in
     the paper, or pre-norm x + Drop(f(LN(x))) (Wang et al. 2019)."""
@@ -239,7 +244,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, act_dropout(cfg))
         self.res1, self.res2 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -264,7 +269,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=False)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, act_dropout(cfg))
         self.res1, self.res2, self.res3 = (Residual(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
 
     def forward(self, x: Tensor, causal: Tensor | None, src_mask: Tensor, cache: LayerCache) -> Tensor:

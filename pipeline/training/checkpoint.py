@@ -30,6 +30,7 @@ from pipeline.data.tokenizer import BOS_ID, EOS_ID
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
+from pipeline.training.ema import EMA
 
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
 
@@ -147,11 +148,17 @@ def set_rng_state(state: dict) -> None:
 
 
 def training_state(
-    model: Transformer, optimizer: torch.optim.Optimizer, progress: dict, identity: dict
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    progress: dict,
+    identity: dict,
+    ema: EMA | None = None,
 ) -> dict:
-    """What `last.pt` holds: the weights plus everything that continues the run exactly."""
+    """What `last.pt` holds: the weights plus everything that continues the run exactly (and the
+    weight average, when the run keeps one)."""
     return {
         **weights(model),
+        **({"ema": ema.state_dict()} if ema is not None else {}),
         "optimizer": optimizer.state_dict(),
         "rng": rng_state(),
         "progress": progress,
@@ -160,14 +167,18 @@ def training_state(
     }
 
 
-def resume(path: Path, identity: dict, model: Transformer, optimizer: torch.optim.Optimizer, world: World):
+def resume(
+    path: Path, identity: dict, model: Transformer, optimizer: torch.optim.Optimizer, world: World,
+    ema: EMA | None = None,
+):  # fmt: skip
     """Restore model, optimizer and RNG from `path` (`last.pt`) when rank 0 finds it written by a
     run of the same `identity`; returns its progress dict, or None for a fresh start.
 
     When `path` belongs to another identity (say, a new lr), rank 0 says which values changed in
     one line and deletes that run's checkpoints, so none is averaged into this run's model. On
     resume every rank reads `path` (the folder must be on storage every node sees) and then holds
-    rank 0's weights and optimizer state.
+    rank 0's weights and optimizer state. `ema` takes the saved weight average when there is one
+    (else it starts from the resumed weights).
 
     Raises:
         CheckpointError: `path` is unreadable, or another rank cannot read it.
@@ -191,6 +202,11 @@ def resume(path: Path, identity: dict, model: Transformer, optimizer: torch.opti
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])
+    if ema is not None:
+        if "ema" in state:
+            ema.load_state_dict(state["ema"])
+        else:  # a run that kept no average: it starts from the resumed weights
+            ema.reset(model)
     world.broadcast([*model.state_dict().values(), *_optimizer_tensors(optimizer)])
     print(f"resuming from {path} at step {state['progress']['step']}")
     return state["progress"]
@@ -261,12 +277,24 @@ def average(paths: list[Path]) -> dict:
 
 def candidates(out_dir: Path, kept: list[str], average_last: int) -> dict[str, dict]:
     """The final-model candidates: `best.pt`, the average of the last min(4, average_last) kept
-    step checkpoints, and of all `average_last` of them when that is more than 4."""
+    step checkpoints, of all `average_last` of them when that is more than 4, and the moving
+    average of the weights (`ema`) when `last.pt` keeps one."""
     out = {"best": {k: v for k, v in load(out_dir / "best.pt").items() if k in MODEL_KEYS}}
     for n in sorted({min(4, average_last, len(kept)), min(average_last, len(kept))}):
         if n >= 2:
             out[f"average_last_{n}"] = average([out_dir / name for name in kept[-n:]])
+    last = load(out_dir / "last.pt") if (out_dir / "last.pt").is_file() else {}
+    if "ema" in last:
+        out["ema"] = ema_weights(last)
     return out
+
+
+def ema_weights(state: dict) -> dict:
+    """The `MODEL_KEYS` dict of a `last.pt` state with its weight average as the weights."""
+    model = build_model(state)
+    ema = EMA(model, state["ema"]["decay"])
+    ema.load_state_dict(state["ema"])
+    return {**{k: state[k] for k in MODEL_KEYS}, "model": ema.averaged(model)}
 
 
 def final_model(out_dir: Path, kept: list[str], average_last: int, score: Callable[[Transformer], float]):

@@ -17,7 +17,12 @@ class EMA:
     """The moving average of `model`'s parameters (tied parameters once, under their first name)."""
 
     def __init__(self, model: nn.Module, decay: float) -> None:
-        self.decay, self.updates = decay, 0
+        self.decay = decay
+        self.reset(model)
+
+    def reset(self, model: nn.Module) -> None:
+        """Start the average afresh from `model`'s current weights."""
+        self.updates = 0
         self.shadow = {name: p.detach().float().clone() for name, p in model.named_parameters()}
 
     @torch.no_grad()

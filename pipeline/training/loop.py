@@ -1,16 +1,20 @@
 """The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`.
 
-Label-smoothed cross-entropy, Adam with the inverse-square-root warmup schedule (Vaswani et al.
-2017, §5.3-5.4), gradient clipping and accumulation, bf16 autocast where it pays. Every
+Label-smoothed cross-entropy, Adam with a warm-up schedule (inverse square root as in Vaswani et
+al. 2017, §5.3-5.4, or a linear / cosine decay to zero at `max_steps`: `pipeline.training.schedule`),
+gradient clipping and accumulation, bf16 autocast where it pays, and optionally an exponential
+moving average of the weights (`ema_decay`, `pipeline.training.ema`). Every
 `val_every` steps rank 0 validates and writes `best.pt` (when val improved), `step<N>.pt` (the
 last `average_last` kept for the final average; both weights only) and `last.pt` (weights,
-optimizer, RNG, data position: what continues the run exactly). Training stops at the first of
+optimizer, RNG, data position, the weight average: what continues the run exactly). Training stops at the first of
 `max_steps`, `max_minutes` (wall clock, validation included) and `patience` validations without
 a better score.
 
 A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
 schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
-raising `max_minutes` or `max_steps` continues a finished run where it stopped.
+raising `max_minutes` or `max_steps` continues a finished run where it stopped (with a decaying
+schedule, raising `max_steps` stretches the decay from there on). `max_steps` is the budget that
+makes a run the same on every machine; `max_minutes` is a safety cap (the facts say which ended it).
 
 Under `torchrun` (see `pipeline.training.distributed`) the model is wrapped in DistributedDataParallel:
 each optimizer step takes the next `accum_steps × world size` batches of the seeded order and
@@ -49,7 +53,9 @@ from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import NullTracker, Tracker
 from pipeline.training import checkpoint
 from pipeline.training.distributed import World
+from pipeline.training.ema import EMA
 from pipeline.training.progress import ConsoleProgress
+from pipeline.training.schedule import learning_rate
 from pipeline.training.validation import Validation
 
 LOG_EVERY = 50  # steps between train-loss records (MLflow) and plain progress lines
@@ -100,7 +106,8 @@ def train(
     model.to(run.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
     identity = run_identity(model, cfg, run)
-    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world)
+    ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
+    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema)
     progress = Progress(**saved) if saved else Progress()
     if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
         seed_everything(cfg.seed + 1000 * world.rank + progress.step)
@@ -123,20 +130,22 @@ def train(
             progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
         else:
             progress.bad_validations += 1
-        save_checkpoints(model, optimizer, progress, improved, identity, cfg.average_last, run)
+        save_checkpoints(model, optimizer, ema, progress, improved, identity, cfg.average_last, run)
         write_log(progress.log, run.log_csv)
         window.reset()
 
-    lr = inverse_sqrt_lr(progress.step, cfg.peak_lr, cfg.warmup_steps)
+    lr = lr_at(progress.step, cfg)
     try:
         while world.rank0_says(budget_left(progress, cfg, time.time() - started)):
             batches = [
                 to_tensors(pairs, b, model.pad_id, run.device)
                 for b in next_batches(order, progress, cfg, world)
             ]
-            lr = inverse_sqrt_lr(progress.step + 1, cfg.peak_lr, cfg.warmup_steps)
+            lr = lr_at(progress.step + 1, cfg)
             loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
             progress.step += 1
+            if ema is not None:
+                ema.update(model)
             if not math.isfinite(loss):
                 raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
                                     f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
@@ -200,11 +209,9 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: 
     )
 
 
-def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
-    """lr of optimizer step `step` (1-based) = peak · min(step / warmup, √(warmup / step)): §5.3's
-    schedule, scaled to peak at `warmup_steps`."""
-    step = max(step, 1)
-    return peak_lr * min(step / warmup_steps, math.sqrt(warmup_steps / step))
+def lr_at(step: int, cfg: OptimConfig) -> float:
+    """The learning rate of optimizer step `step` (1-based) under `cfg`'s schedule."""
+    return learning_rate(step, cfg.schedule, cfg.peak_lr, cfg.warmup_steps, cfg.max_steps)
 
 
 def budget_left(progress: Progress, cfg: OptimConfig, seconds: float) -> bool:
@@ -248,7 +255,14 @@ def to_tensors(pairs: list[Pair], batch: list[int], pad_id: int, device: torch.d
 
 
 def save_checkpoints(
-    model, optimizer, progress: Progress, improved: bool, identity: dict, average_last: int, run
+    model,
+    optimizer,
+    ema: EMA | None,
+    progress: Progress,
+    improved: bool,
+    identity: dict,
+    average_last: int,
+    run,
 ):
     """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
     `average_last` kept), then `last.pt` (everything). Each file is tracked as it is written."""
@@ -258,7 +272,7 @@ def save_checkpoints(
     name = f"step{progress.step:07d}.pt"
     written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}))
     progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
-    state = checkpoint.training_state(model, optimizer, asdict(progress), identity)
+    state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
     written.append(checkpoint.save(run.out_dir / "last.pt", state))
     for path in written:
         run.tracker.log_artifact(path, "checkpoints")
@@ -322,9 +336,10 @@ def finish(model: Transformer, progress: Progress, validate: Validation, cfg: Tr
     }
     run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names
     start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
-    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}; final model "
-          f"{choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
-    return metrics, run_facts(cfg, run, choice)
+    stop = stopped_by(progress, cfg.optim)
+    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}, ended by {stop}; "
+          f"final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
+    return metrics, run_facts(cfg, run, choice, stop)
 
 
 def summary(progress: Progress) -> dict[str, float]:
@@ -338,9 +353,17 @@ def summary(progress: Progress) -> dict[str, float]:
     }
 
 
-def run_facts(cfg: TrainConfig, run: RunContext, final: dict) -> dict:
-    """Where and how a run trained (not metrics): machine, versions, batch, final-model choice."""
+def stopped_by(progress: Progress, cfg: OptimConfig) -> str:
+    """Which budget ended a finished run: "max_steps", "patience" or "max_minutes" (the time cap)."""
+    if progress.step >= cfg.max_steps:
+        return "max_steps"
+    return "patience" if progress.bad_validations >= cfg.patience else "max_minutes"
+
+
+def run_facts(cfg: TrainConfig, run: RunContext, final: dict, stop: str) -> dict:
+    """Where and how a run trained (not metrics): machine, versions, batch, what ended it, final-model choice."""
     return {
+        "stopped_by": stop,
         "device": str(run.device),
         "cpu": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
