@@ -2,17 +2,22 @@
 
 Used by `test_layers.py`: module names are dotted (`pipeline.model.beam`), files are paths
 relative to the repository root. Every import counts, function-local ones included, so a
-deferred import is a dependency like any other.
+deferred import is a dependency like any other. `python tests/import_graph.py` rewrites the `.py`
+deps of every stage in `dvc.yaml` to what its module imports (the stage file first, then sorted).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages")
+STAGE_CMD = re.compile(r"python -m (stages\.\w+)")
 
 
 def module_file(module: str) -> Path | None:
@@ -80,3 +85,38 @@ def cycle(modules: list[str]) -> list[str] | None:
 def all_modules(package: str) -> list[str]:
     """Every module under `package` (its `__init__` files included)."""
     return sorted(module_name(p) for p in (ROOT / package).rglob("*.py"))
+
+
+def code_deps(module: str) -> set[str]:
+    """The `.py` files a stage runs: its module's import closure, `__init__.py` files left out
+    (they hold docstrings and constants only: `test_layers.py` checks that)."""
+    files = (module_file(m).relative_to(ROOT) for m in closure(module))
+    return {str(f) for f in files if f.name != "__init__.py"}
+
+
+def stage_modules(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, str]:
+    """Stage name -> the module its command runs (`python -m stages.X`)."""
+    stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
+    return {name: STAGE_CMD.search(stage["cmd"]).group(1) for name, stage in stages.items()}
+
+
+def write_stage_deps(dvc_yaml: Path = ROOT / "dvc.yaml") -> None:
+    """Replace each stage's `.py` deps in `dvc_yaml` by `code_deps` of its module (other deps,
+    comments and order of the rest kept)."""
+    modules = stage_modules(dvc_yaml)
+    out, stage = [], None
+    for line in dvc_yaml.read_text(encoding="utf-8").split("\n"):
+        if re.fullmatch(r"  \w+:", line):
+            stage = line.strip()[:-1]
+        if line.startswith("      - ") and line.endswith(".py"):
+            continue
+        out.append(line)
+        if line == "    deps:" and stage in modules:
+            deps = sorted(code_deps(modules[stage]), key=lambda f: (not f.startswith("stages/"), f))
+            out += [f"      - {d}" for d in deps]
+    dvc_yaml.write_text("\n".join(out), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_stage_deps()
+    print("dvc.yaml: stage deps rewritten from the import graph")

@@ -1,59 +1,78 @@
-"""The study table from `dvc exp show --json` records (pipeline/ops/experiments.py)."""
+"""The study record (pipeline/ops/experiments.py): lines from DVC's experiment records, the
+paired test against a baseline, the generated table."""
 
 from __future__ import annotations
 
-from pipeline.ops.experiments import markdown, rows
+import pytest
+
+from pipeline.core.errors import PipelineError
+from pipeline.ops import experiments as ex
 
 
-def record(name: str, minutes: float, dropout: float, val_bleu: float) -> dict:
-    """One `dvc exp show --json` entry's `data` with the fields the table reads."""
-    params = {"train": {"optim": {"max_minutes": minutes}, "model": {"dropout": dropout}}}
+def exp_data(dropout: float, val_bleu: float, max_minutes: float = 150) -> dict:
+    """One `dvc exp show --json` entry's `data` with the fields the record reads."""
+    params = {"train": {"optim": {"max_minutes": max_minutes, "max_steps": 3200}, "model": {"dropout": dropout}},
+              "mlflow": {"enabled": True}}  # fmt: skip
     metrics = {
-        "reports/train_summary.json": {"data": {"steps": 100, "epochs": 1, "minutes": minutes}},
+        "reports/train_summary.json": {"data": {"steps": 3200, "epochs": 16, "minutes": 104.5}},
         "reports/val.json": {"data": {"bleu": val_bleu, "bleu_lc_tok": val_bleu + 0.3}},
     }
-    return {
-        "rev": name,
-        "name": name,
-        "data": {"params": {"params.yaml": {"data": params}}, "metrics": metrics},
-    }
+    return {"params": {"params.yaml": {"data": params}}, "metrics": metrics}
 
 
-def show(*exps: dict) -> list[dict]:
-    base = record("abc1234", 70, 0.1, 38.0)
-    base["experiments"] = [{"revs": [e]} for e in exps]
-    return [{"rev": "workspace", "data": {}}, base]
-
-
-def test_rows_list_changed_params_and_metrics():
-    table = rows(show(record("short-drop", 12, 0.3, 20.5)))
-    assert [r["experiment"] for r in table] == ["baseline abc1234", "short-drop"]
-    assert table[0]["changed"] == ""
-    assert table[1]["changed"] == "train.model.dropout=0.3, train.optim.max_minutes=12"
-    assert table[1]["val BLEU"] == 20.5 and table[1]["val BLEU lc-tok"] == 20.8
-
-
-def test_the_best_run_is_chosen_within_each_budget_only():
-    table = rows(
-        show(
-            record("short-a", 12, 0.1, 22.0),
-            record("short-b", 12, 0.3, 20.0),
-            record("long-b", 70, 0.3, 37.0),
-        )
-    )
-    lines = {line.split(" | ")[0].strip("| "): line for line in markdown(table).splitlines()[2:]}
-    chosen = {name for name, line in lines.items() if "**yes**" in line}
-    assert chosen == {"baseline abc1234", "short-a"}  # 22.0 beats 20.0 at 12 min; 38.0 beats 37.0 at 70
-
-
-def test_each_baseline_commit_lists_its_own_experiments():
-    later = record("def5678", 85, 0.1, 39.0)
-    later["experiments"] = [{"revs": [record("later-drop", 85, 0.2, 39.5)]}]
-    table = rows(show(record("short-drop", 12, 0.3, 20.5)) + [later])
-    assert [r["experiment"] for r in table] == [
-        "baseline abc1234",
-        "short-drop",
-        "baseline def5678",
-        "later-drop",
+def shown() -> list[dict]:
+    exps = [{"revs": [{"rev": "e1" * 20, "name": "drop-0.3", "data": exp_data(0.3, 40.0)}]}]
+    return [
+        {"rev": "workspace", "data": {}},
+        {"rev": "b0" * 20, "data": exp_data(0.1, 39.0), "experiments": exps},
     ]
-    assert table[3]["changed"] == "train.model.dropout=0.2"  # against def5678, not abc1234
+
+
+def test_find_experiment_by_name_and_its_baseline_commit():
+    rev, base, data = ex.find_experiment(shown(), "drop-0.3")
+    assert (rev, base) == ("e1" * 20, "b0" * 20)
+    assert data["metrics"]["reports/val.json"]["data"]["bleu"] == 40.0
+    with pytest.raises(PipelineError, match="'nope': not found"):
+        ex.find_experiment(shown(), "nope")
+
+
+def test_entry_keeps_recipe_params_metrics_and_facts():
+    facts = {
+        "stopped_by": "max_steps",
+        "final_model": {"source": "ema", "candidates": {"ema": 38.1}},
+        "cpu": "x",
+    }
+    row = ex.entry("drop-0.3", "e1", "b0", exp_data(0.3, 40.0), facts)
+    assert row["params"] == {"train.model.dropout": 0.3, "train.optim.max_steps": 3200}  # no caps, no mlflow
+    assert (row["steps"], row["val_bleu"], row["val_bleu_lc_tok"]) == (3200, 40.0, 40.3)
+    assert (row["stopped_by"], row["final_model"]) == ("max_steps", "ema")
+
+
+def test_table_shows_what_changed_against_the_baseline_and_p():
+    base = ex.entry("base", "b", "b", exp_data(0.1, 39.0), {})
+    cand = ex.entry("drop-0.3", "e", "b", exp_data(0.3, 40.0), {}) | {
+        "baseline": "base",
+        "p_vs_baseline": 0.012,
+    }
+    lines = ex.markdown([base, cand]).splitlines()
+    assert lines[2].startswith("| base | (baseline) | 3200 | 16 | 104.50 |")
+    assert "| drop-0.3 | model.dropout=0.3 |" in lines[3] and "| 40.00 | 40.30 | 0.01 |" in lines[3]
+
+
+def test_a_broken_record_line_names_file_and_line(tmp_path):
+    path = tmp_path / "experiments.jsonl"
+    path.write_text('{"name": "a"}\nnot json\n')
+    with pytest.raises(PipelineError, match=r"experiments.jsonl:2: not a JSON line"):
+        ex.read_record(path)
+
+
+def test_compare_runs_the_paired_bootstrap_against_the_recorded_baseline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refs = [f"ein hund läuft über die wiese nummer {i} ." for i in range(60)]
+    worse = [f"eine katze sitzt {i}" for i in range(60)]
+    (tmp_path / "reports" / "study").mkdir(parents=True)
+    (tmp_path / "reports" / "study" / "base.val.hyp.de").write_text("\n".join(worse) + "\n")
+    result = ex.compare(refs, "base", "de", refs)  # a perfect system against a poor one
+    assert result["baseline"] == "base" and result["p_vs_baseline"] < 0.05
+    with pytest.raises(PipelineError, match="no val translations of the baseline 'other'"):
+        ex.compare(refs, "other", "de", refs)

@@ -4,14 +4,20 @@ import cycle, and every DVC stage depends on exactly the code it imports."""
 from __future__ import annotations
 
 import ast
-import re
 
 import yaml
-from import_graph import ROOT, all_modules, closure, cycle, imports, module_file  # tests/ is on sys.path
+from import_graph import (  # tests/ is on sys.path
+    ROOT,
+    all_modules,
+    closure,
+    code_deps,
+    cycle,
+    imports,
+    module_file,
+    stage_modules,
+)
 
 from pipeline import LAYERS
-
-STAGE_CMD = re.compile(r"python -m (stages\.\w+)")
 
 
 def layer_of(module: str) -> str | None:
@@ -53,24 +59,17 @@ def test_package_inits_hold_no_code() -> None:
             assert not imports(module), path
 
 
-def code_deps(module: str) -> set[str]:
-    """The `.py` files a stage runs: its module's import closure, `__init__.py` files left out."""
-    files = (module_file(m).relative_to(ROOT) for m in closure(module))
-    return {str(f) for f in files if f.name != "__init__.py"}
-
-
 def test_every_stage_depends_on_exactly_the_code_it_imports() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     problems = []
-    for name, stage in stages.items():
-        module = STAGE_CMD.search(stage["cmd"]).group(1)
-        listed = {d for d in stage["deps"] if d.endswith(".py")}
+    for name, module in stage_modules().items():
+        listed = {d for d in stages[name]["deps"] if d.endswith(".py")}
         expected = code_deps(module)
         if listed != expected:
             problems.append(
                 f"{name}: missing {sorted(expected - listed)}, not imported {sorted(listed - expected)}"
             )
-    assert not problems, "\n".join(problems)
+    assert not problems, "\n".join(problems) + "\n(`python tests/import_graph.py` rewrites them)"
 
 
 def test_training_does_not_depend_on_serving_or_ops() -> None:

@@ -1,31 +1,56 @@
-"""The recipe study's table, built from DVC's own records of the experiments.
+"""The recipe study's committed record, and the table generated from it.
 
-`python -m pipeline.ops.experiments OUT.md` runs `dvc exp show --json`, takes each baseline commit it
-shows and every experiment on it, and writes one Markdown row per run: the params it changed
-(against its baseline), steps / epochs / minutes of training, and val BLEU (cased sacreBLEU and
-lowercased tokenised). Only val is shown: the study selects on val, test sets are for reporting.
-Arguments after OUT.md go to `dvc exp show` (e.g. `--rev <commit> --rev <commit>` for studies
-based on older commits).
+DVC's experiment refs and the local MLflow database stay on the machine that ran them, so each
+finished candidate is recorded into files that travel with the repository:
+
+    python -m pipeline.ops.experiments record NAME [--baseline BASE] [--note TEXT]
+    python -m pipeline.ops.experiments render
+
+`record` finds the DVC experiment NAME (`dvc exp show --json --all-commits`), reads its params, its
+metrics (train summary, val scores), its train facts (what ended it, the final-model candidates, the
+CPU) and its val translations from the experiment's commit, and stores one JSON line in
+`reports/experiments.jsonl` (replacing an earlier line of the same name) and the translations in
+`reports/study/NAME.val.hyp.<lang>`. With `--baseline`, an already recorded candidate, it adds the
+sacreBLEU paired bootstrap p of NAME's val BLEU against the baseline's (the test the champion
+promotion uses). `render` writes `reports/experiments.md` from the record. Only val is recorded: the
+study selects on val, test sets are for reporting.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.translations import translation_path
+from pipeline.ops.promotion import paired_bootstrap
 from pipeline.tracking.runs import flatten
 
-METRIC_COLUMNS = {  # column -> (metrics file, dotted key)
+RECORD = Path("reports/experiments.jsonl")
+HYPS_DIR = Path("reports/study")
+TABLE = Path("reports/experiments.md")
+METRICS = {  # record field -> (metrics file, key)
     "steps": ("reports/train_summary.json", "steps"),
     "epochs": ("reports/train_summary.json", "epochs"),
     "minutes": ("reports/train_summary.json", "minutes"),
-    "val BLEU": ("reports/val.json", "bleu"),
-    "val BLEU lc-tok": ("reports/val.json", "bleu_lc_tok"),
+    "target_tokens": ("reports/train_summary.json", "target_tokens"),
+    "val_bleu": ("reports/val.json", "bleu"),
+    "val_bleu_lc_tok": ("reports/val.json", "bleu_lc_tok"),
+}
+RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
+BOOKKEEPING = {
+    "train.optim.max_minutes",
+    "train.optim.device",
+    "train.optim.precision",
+    "train.optim.threads",
 }
 
 
@@ -41,78 +66,168 @@ def exp_show(args: list[str]) -> list[dict]:
     return json.loads(out.stdout)
 
 
-def run_record(data: dict) -> tuple[dict, dict]:
-    """(flat params, flat metrics by file) of one `dvc exp show` entry's `data`."""
-    params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
-    metrics = {name: flatten(m.get("data", {})) for name, m in data.get("metrics", {}).items()}
-    return params, metrics
+def find_experiment(records: list[dict], name: str) -> tuple[str, str, dict]:
+    """(experiment commit, baseline commit, its `data`) of the experiment called `name`.
 
-
-def rows(records: list[dict]) -> list[dict]:
-    """One dict per run: each baseline commit shown (every entry but the workspace), then its
-    experiments, whose changed params are taken against that commit."""
-    out = []
-    for base in (r for r in records if r["rev"] != "workspace"):
-        base_params, _ = run_record(base["data"])
-        runs = [("baseline " + (base.get("name") or base["rev"][:7]), base["data"])]
+    Raises:
+        PipelineError: no experiment has that name.
+    """
+    for base in records:
         for exp in base.get("experiments") or []:
             rev = exp["revs"][0]
-            runs.append((rev.get("name") or rev["rev"][:7], rev["data"]))
-        out += [row(name, data, base_params) for name, data in runs]
+            if rev.get("name") == name:
+                return rev["rev"], base["rev"], rev["data"]
+    raise PipelineError(f"experiment {name!r}: not found by `dvc exp show --all-commits`")
+
+
+def git_file(rev: str, path: str) -> str | None:
+    """The text of `path` at commit `rev`, or None when it is not there."""
+    out = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+    return out.stdout if out.returncode == 0 else None
+
+
+def recipe(params: dict) -> dict:
+    """The params that can change a candidate's model (not paths, budgets' caps or devices)."""
+    return {k: v for k, v in sorted(params.items()) if k.startswith(RECIPE_PREFIXES) and k not in BOOKKEEPING}
+
+
+def entry(name: str, rev: str, base: str, data: dict, facts: dict) -> dict:
+    """The record line of one finished experiment."""
+    params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
+    metrics = {file: flatten(m.get("data", {})) for file, m in data.get("metrics", {}).items()}
+    out = {"name": name, "commit": rev, "baseline_commit": base}
+    out |= {field: metrics.get(file, {}).get(key) for field, (file, key) in METRICS.items()}
+    final = facts.get("final_model", {})
+    out |= {
+        "stopped_by": facts.get("stopped_by"),
+        "final_model": final.get("source"),
+        "candidates_val_bleu_greedy": final.get("candidates"),
+        "cpu": facts.get("cpu"),
+        "bf16": facts.get("bf16"),
+        "params": recipe(params),
+    }
     return out
 
 
-def row(name: str, data: dict, base_params: dict) -> dict:
-    """The table row of one run: changed params, training budget, the metric columns."""
-    params, metrics = run_record(data)
-    changed = {k: v for k, v in params.items() if base_params.get(k) != v}
-    out = {"experiment": name, "changed": ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))}
-    out["budget"] = params.get("train.optim.max_minutes")
-    for column, (file, key) in METRIC_COLUMNS.items():
-        out[column] = metrics.get(file, {}).get(key)
-    return out
+def read_record(path: Path = RECORD) -> list[dict]:
+    """The recorded candidates, in recording order ([] when there is no record yet).
+
+    Raises:
+        PipelineError: a line is not JSON (names the file and line).
+    """
+    rows = []
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise PipelineError(f"{path}:{number}: not a JSON line") from None
+    return rows
 
 
-def markdown(table: list[dict]) -> str:
-    """The study table. Runs are compared only with runs of the same training budget
-    (`train.optim.max_minutes`): in each budget the highest val BLEU is marked (the first listed
-    on a tie). What the defaults became, and by which rule, the README says."""
-    columns = ["experiment", "changed", *METRIC_COLUMNS, "best val in budget"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    chosen = best_per_budget(table)
-    for r in table:
-        cells = [r["experiment"], r["changed"] or "(baseline params)"]
-        cells += [f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c] or "–") for c in METRIC_COLUMNS]
-        cells.append("**yes**" if r["experiment"] in chosen else "")
-        lines.append("| " + " | ".join(cells) + " |")
+def write_record(rows: list[dict], path: Path = RECORD) -> None:
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def record(name: str, baseline: str | None, note: str | None) -> dict:
+    """Record experiment `name` (see the module docstring); returns its line.
+
+    Raises:
+        PipelineError: the experiment, its val translations or the baseline's are missing.
+    """
+    params = load_params()
+    lang = params.download.tgt_lang
+    rev, base, data = find_experiment(exp_show(["--all-commits"]), name)
+    facts = json.loads(git_file(rev, params.train.facts_json) or "{}")
+    hyps = git_file(rev, str(translation_path(Path("reports/translations"), "val", lang)))
+    if hyps is None:
+        raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
+    row = entry(name, rev, base, data, facts) | {
+        "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "recorded_on": platform.node(),
+        "note": note,
+    }
+    if baseline is not None:
+        row |= compare(hyps.splitlines(), baseline, lang, load_corpus(params.download.out_dir)["val"][lang])
+    write_text(HYPS_DIR / f"{name}.val.hyp.{lang}", hyps)
+    rows = [r for r in read_record() if r["name"] != name] + [row]
+    write_record(rows)
+    render(rows)
+    return row
+
+
+def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
+    """{"baseline": name, "p_vs_baseline": p} of `hyps` against the recorded `baseline`'s val translations.
+
+    Raises:
+        PipelineError: the baseline has no recorded translations.
+    """
+    path = HYPS_DIR / f"{baseline}.val.hyp.{lang}"
+    if not path.is_file():
+        raise PipelineError(f"{path}: no val translations of the baseline {baseline!r} (record it first)")
+    cmp = paired_bootstrap(list(refs), path.read_text(encoding="utf-8").splitlines(), hyps)
+    return {"baseline": baseline, "p_vs_baseline": round(cmp.p_value, 4)}
+
+
+def changed(row: dict, baseline: dict | None) -> str:
+    """The recipe params of `row` that differ from its baseline's ("" for the baseline itself)."""
+    if baseline is None or baseline is row:
+        return ""
+    mine, theirs = row["params"], baseline["params"]
+    keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    return ", ".join(f"{k.removeprefix('train.')}={mine.get(k)}" for k in keys)
+
+
+COLUMNS = ["experiment", "changed", "steps", "epochs", "minutes", "ended by", "target tokens (M)",
+           "final model", "val BLEU", "val BLEU lc-tok", "p vs baseline", "CPU", "note"]  # fmt: skip
+
+
+def cells(row: dict, by_name: dict[str, dict]) -> list[str]:
+    base = by_name.get(row.get("baseline") or "")
+    tokens = row.get("target_tokens")
+    values = [
+        row["name"], changed(row, base) or "(baseline)", row.get("steps"), row.get("epochs"),
+        row.get("minutes"), row.get("stopped_by"), f"{tokens / 1e6:.2f}" if tokens else None,
+        row.get("final_model"), row.get("val_bleu"), row.get("val_bleu_lc_tok"),
+        row.get("p_vs_baseline"), row.get("cpu"), row.get("note"),
+    ]  # fmt: skip
+    return [f"{v:.2f}" if isinstance(v, float) else ("–" if v in (None, "") else str(v)) for v in values]
+
+
+def markdown(rows: list[dict]) -> str:
+    """The study table, one row per recorded candidate in recording order."""
+    by_name = {r["name"]: r for r in rows}
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells(r, by_name)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
-def best_per_budget(table: list[dict]) -> set[str]:
-    """Names of the runs with the highest val BLEU among those of equal `budget`."""
-    best: dict = {}
-    for r in table:
-        if isinstance(r["val BLEU"], int | float):
-            if r["budget"] not in best or r["val BLEU"] > best[r["budget"]]["val BLEU"]:
-                best[r["budget"]] = r
-    return {r["experiment"] for r in best.values()}
-
-
-def main(out: Path, args: list[str]) -> None:
-    table = rows(exp_show(args))
+def render(rows: list[dict], out: Path = TABLE) -> None:
     header = (
-        "# Recipe study\n\nGenerated by `python -m pipeline.ops.experiments` from `dvc exp show --json`.\n\n"
+        "# Recipe study\n\nGenerated by `python -m pipeline.ops.experiments render` from "
+        "`reports/experiments.jsonl` (val only; `changed` is against the row's baseline; p is "
+        "sacreBLEU's paired bootstrap of val BLEU against the baseline; `final model` is the "
+        "candidate chosen on greedy val BLEU).\n\n"
     )
-    write_text(out, header + markdown(table))
-    print(f"experiments: {len(table)} runs -> {out}")
+    write_text(out, header + markdown(rows))
 
 
 def cli(argv: list[str]) -> None:
-    """`OUT.md [dvc exp show arguments...]`; `-h` prints the usage."""
     p = argparse.ArgumentParser(prog="python -m pipeline.ops.experiments", description=__doc__.split("\n")[0])
-    p.add_argument("out", type=Path, help="the Markdown file to write, e.g. reports/experiments.md")
-    args, show_args = p.parse_known_args(argv)
-    main(args.out, show_args)
+    sub = p.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record a finished DVC experiment into reports/experiments.jsonl")
+    rec.add_argument("name", help="the experiment's name (dvc exp run -n NAME)")
+    rec.add_argument("--baseline", help="a recorded candidate to test against (paired bootstrap on val)")
+    rec.add_argument("--note", help="one line on what the candidate tests")
+    sub.add_parser("render", help="write reports/experiments.md from the record")
+    args = p.parse_args(argv)
+    if args.command == "record":
+        row = record(args.name, args.baseline, args.note)
+        print(f"experiments: recorded {row['name']} (val BLEU {row['val_bleu']}) -> {RECORD}, {TABLE}")
+    else:
+        rows = read_record()
+        render(rows)
+        print(f"experiments: {len(rows)} candidates -> {TABLE}")
 
 
 if __name__ == "__main__":

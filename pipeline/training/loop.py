@@ -83,6 +83,7 @@ class Progress:
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already taken
     wall_seconds: float = 0.0  # training time so far, over all sessions of the run
+    target_tokens: int = 0  # non-pad target tokens trained on so far (all ranks)
     best_score: float = -math.inf
     bad_validations: int = 0  # validations since the best
     log: list[dict] = field(default_factory=list)  # the rows of the log CSV
@@ -144,6 +145,7 @@ def train(
             lr = lr_at(progress.step + 1, cfg)
             loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
             progress.step += 1
+            progress.target_tokens += n_tokens
             if ema is not None:
                 ema.update(model)
             if not math.isfinite(loss):
@@ -349,6 +351,7 @@ def summary(progress: Progress) -> dict[str, float]:
         "steps": progress.step,
         "epochs": progress.epoch,
         "minutes": round(progress.wall_seconds / 60, 2),
+        "target_tokens": progress.target_tokens,
         "mean_tokens_per_s": round(sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1), 1),
     }
 
