@@ -57,6 +57,8 @@ def test_table_shows_what_changed_against_the_baseline_and_p():
     lines = ex.markdown([base, cand]).splitlines()
     assert lines[2].startswith("| base | (baseline) | 3200 | 16 | 104.50 |")
     assert "| drop-0.3 | model.dropout=0.3 |" in lines[3] and "| 40.00 | 40.30 | 0.01 |" in lines[3]
+    older = base | {"params": {k: v for k, v in base["params"].items() if k != "train.model.dropout"}}
+    assert ex.changed(cand, older) == "model.dropout=0.3"  # a knob the baseline predates: its default 0.1
 
 
 def test_a_broken_record_line_names_file_and_line(tmp_path):

@@ -26,7 +26,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.core.config import load_params
+from pipeline.core.config import Params, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
 from pipeline.data.multi30k import load_corpus
@@ -98,8 +98,9 @@ def entry(name: str, rev: str, base: str, data: dict, facts: dict) -> dict:
     out = {"name": name, "commit": rev, "baseline_commit": base}
     out |= {field: metrics.get(file, {}).get(key) for field, (file, key) in METRICS.items()}
     final = facts.get("final_model", {})
+    ran_out = out["steps"] is not None and out["steps"] >= params.get("train.optim.max_steps", float("inf"))
     out |= {
-        "stopped_by": facts.get("stopped_by"),
+        "stopped_by": facts.get("stopped_by") or ("max_steps" if ran_out else None),  # older runs: inferred
         "final_model": final.get("source"),
         "candidates_val_bleu_greedy": final.get("candidates"),
         "cpu": facts.get("cpu"),
@@ -170,10 +171,12 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
 
 
 def changed(row: dict, baseline: dict | None) -> str:
-    """The recipe params of `row` that differ from its baseline's ("" for the baseline itself)."""
+    """The recipe params of `row` that differ from its baseline's ("" for the baseline itself). A
+    knob one of them predates counts at today's default (new knobs default to the old behaviour)."""
     if baseline is None or baseline is row:
         return ""
-    mine, theirs = row["params"], baseline["params"]
+    defaults = recipe(flatten(Params().model_dump()))
+    mine, theirs = defaults | row["params"], defaults | baseline["params"]
     keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     return ", ".join(f"{k.removeprefix('train.')}={mine.get(k)}" for k in keys)
 
