@@ -20,6 +20,7 @@ from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_text
 from pipeline.data import translations as tr
+from pipeline.data.languages import target
 from pipeline.data.multi30k import load_corpus, skipped_splits
 from pipeline.serving.translator import load_translator, translate_lines
 from pipeline.tracking.runs import run_of
@@ -56,7 +57,7 @@ def main(
 
 def time_machine(loaded, time_machine_tsv: Path, params) -> str:
     """The time-machine table (German runs), or a note that it is German-only."""
-    if params.download.tgt_lang != "de":
+    if not target(params.download.tgt_lang).time_machine:
         print("decode: time machine: skipped, the seed's reference outputs are German")
         return tr.time_machine_not_german(params.download.tgt_lang)
     en, seed_de = tr.read_time_machine(time_machine_tsv)

@@ -177,10 +177,10 @@ def read_merged(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]
 
 def read_training_set(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
     """The merged training set with numbers protected by placeholders on both sides
-    (`pipeline.serving.textproc.protect_pair`), so the model learns to copy them.
+    (`pipeline.data.placeholders.protect_pair`, number words of `tgt`), so the model learns to copy them.
 
     Raises:
         DataError: see `read_merged`.
     """
-    pairs = [protect_pair(en, de) for en, de in zip(*read_merged(path, tgt), strict=True)]
+    pairs = [protect_pair(en, de, tgt_lang=tgt) for en, de in zip(*read_merged(path, tgt), strict=True)]
     return [en for en, _ in pairs], [de for _, de in pairs]

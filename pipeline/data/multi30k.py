@@ -20,15 +20,16 @@ import pooch
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from pipeline.core.errors import DataError
+from pipeline.data.languages import SOURCE, TARGETS
 
 CANONICAL_BASE_URL = (
     "https://raw.githubusercontent.com/multi30k/dataset/"
     "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw"
 )
 MIRROR_ENV = "MULTI30K_MIRROR"
-SRC_LANG = "en"
-TGT_LANGS = ("de", "fr", "cs")  # `download.tgt_lang`
-LANG_NAMES = {"de": "German", "fr": "French", "cs": "Czech"}
+SRC_LANG = SOURCE.code
+TGT_LANGS = tuple(TARGETS)  # `download.tgt_lang`
+LANG_NAMES = {code: lang.name for code, lang in TARGETS.items()}
 EXPECTED_COUNTS: dict[str, int] = {  # sentence pairs per split
     "train": 29_000,
     "val": 1_014,
@@ -37,7 +38,7 @@ EXPECTED_COUNTS: dict[str, int] = {  # sentence pairs per split
 }
 SPLITS = tuple(EXPECTED_COUNTS)
 TRAIN_SPLIT = "train"
-MISSING_SPLITS = {"cs": ("test_2017_flickr",)}  # never published with Czech references
+MISSING_SPLITS = {code: lang.missing_splits for code, lang in TARGETS.items() if lang.missing_splits}
 SHA256: dict[str, str] = {  # the files at CANONICAL_BASE_URL's commit
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",

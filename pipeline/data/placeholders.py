@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 
+from pipeline.data.languages import SOURCE, target
+
 PLACEHOLDERS = tuple(f"\uff5f{i}\uff60" for i in range(1, 10))  # ｟1｠ .. ｟9｠
 PAIR_WORD_RATE = 0.3  # share of eligible training pairs whose number words become placeholders
 NUMBER = r"\d+(?:[.,:]\d+)*"
 PLACEHOLDER_RE = re.compile("\uff5f\\d\uff60")
-NUMBER_WORDS_EN = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-NUMBER_WORDS_DE = ("zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn")
 
 
 def _number_word(text: str, words: tuple[str, ...]) -> re.Match | None:
@@ -26,12 +26,18 @@ def _number_word(text: str, words: tuple[str, ...]) -> re.Match | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def protect_pair(en: str, de: str, rate: float = PAIR_WORD_RATE) -> tuple[str, str]:
+def _value(word: re.Match, words: tuple[str, ...]) -> int:
+    """The index in `words` (two = 0) of a matched number word; an entry may be "form|form"."""
+    return next(i for i, forms in enumerate(words) if word.group().lower() in forms.split("|"))
+
+
+def protect_pair(en: str, de: str, rate: float = PAIR_WORD_RATE, tgt_lang: str = "de") -> tuple[str, str]:
     """A training pair with the same placeholders on both sides, so the model learns to copy them.
 
     Digit spans (`NUMBER`) appearing identically on both sides get placeholders ｟1｠, ｟2｠, ... in
     English order. In addition, when exactly one English number word two..ten and exactly one
-    German zwei..zehn occur and they are the same number, a deterministic pseudo-random `rate` share
+    target-language one (`pipeline.data.languages`; `de` is the target side, whatever
+    `tgt_lang`) occur and they are the same number, a deterministic pseudo-random `rate` share
     of such pairs (chosen by a hash of the pair's text) has both replaced by the next placeholder:
     "Two men ..." / "Zwei Männer ..." -> "｟1｠ men ..." / "｟1｠ Männer ...".
     """
@@ -43,10 +49,11 @@ def protect_pair(en: str, de: str, rate: float = PAIR_WORD_RATE) -> tuple[str, s
             break
         pattern = rf"(?<![\d.,:]){re.escape(value)}(?![\d]|[.,:]\d)"
         en, de = (re.sub(pattern, PLACEHOLDERS[i], side) for side in (en, de))
-    en_word, de_word = _number_word(en, NUMBER_WORDS_EN), _number_word(de, NUMBER_WORDS_DE)
+    src_words, tgt_words = SOURCE.number_words, target(tgt_lang).number_words
+    en_word, de_word = _number_word(en, src_words), _number_word(de, tgt_words)
     if en_word is None or de_word is None:
         return en, de
-    same = NUMBER_WORDS_EN.index(en_word.group().lower()) == NUMBER_WORDS_DE.index(de_word.group().lower())
+    same = _value(en_word, src_words) == _value(de_word, tgt_words)
     if not same or int.from_bytes(digest[:4], "big") / 2**32 >= rate:
         return en, de
     mark = PLACEHOLDERS[len(set(PLACEHOLDER_RE.findall(en)))]

@@ -1,4 +1,4 @@
-"""`python -m pipeline translate` (console script `mt-translate`): English in, German out.
+"""`python -m pipeline translate` (console script `mt-translate`): English in, the target language (German by default) out.
 
 Sentences come from the arguments, or from stdin one line per output line. From a terminal each
 line is answered as it is typed; from a file or pipe lines are read and decoded `BATCH_LINES` at a
@@ -41,7 +41,7 @@ BATCH_LINES = 256  # lines per batch when stdin is not a terminal
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mt-translate", description="Translate English to German.")
+    p = argparse.ArgumentParser(prog="mt-translate", description="Translate English into the trained target language (params.yaml download.tgt_lang).")
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
     p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="model checkpoint (.pt)")
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")

@@ -31,6 +31,7 @@ from pipeline.core.errors import DataError  # noqa: E402
 from pipeline.core.io import atomic_path, write_text  # noqa: E402
 from pipeline.core.metrics import score, sentence_chrf  # noqa: E402
 from pipeline.data import translations as tr  # noqa: E402
+from pipeline.data.languages import target  # noqa: E402
 from pipeline.data.multi30k import LANG_NAMES, load_corpus  # noqa: E402
 from pipeline.model.attention_maps import AttentionMap, attention_map  # noqa: E402
 from pipeline.ops import robustness  # noqa: E402
@@ -462,7 +463,7 @@ def render_markdown(
     attention: list[tuple[str, Path]],
 ) -> str:
     """The report page; every path is linked relative to `report_dir` (the page's folder)."""
-    base, german = Path(report_dir), inputs.tgt_lang == "de"
+    base, german = Path(report_dir), target(inputs.tgt_lang).time_machine
     not_german = ["The seed's claim and its time-machine outputs are German: not compared in this run.", ""]
     lines = [
         f"# Results: English→{LANG_NAMES[inputs.tgt_lang]} Transformer on Multi30k",
@@ -518,7 +519,7 @@ def build_report(
     bucket_chart = plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
     model, tok = loaded.model, loaded.tokenizer
     ours = translate_lines(loaded, inputs.time_machine_en, decode, device)
-    german = inputs.tgt_lang == "de"  # the seed's outputs are German
+    german = target(inputs.tgt_lang).time_machine  # the seed's outputs are German
     tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed) if german else []
     attention = []
     for i in (i for i in ATTENTION_SENTENCES if i < len(ours)):

@@ -23,8 +23,8 @@ REQUIREMENTS = ["torch==2.13.0", "sentencepiece==0.2.3", "pydantic==2.14.4", "py
 
 
 class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
-    """English → German. Input: a DataFrame with an `en` column (else its first column), a list
-    of strings, or one string. Output: a list of German strings, one per input, in order. Loads
+    """English → the trained target language. Input: a DataFrame with an `en` column (else its first column), a list
+    of strings, or one string. Output: a list of translations, one per input, in order. Loads
     and translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code):
     the checkpoint is checked against the tokenizer, and each input gets the shared processing.
     The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum). With a

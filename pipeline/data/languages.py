@@ -1,0 +1,52 @@
+"""Everything the pipeline knows about a language, in one table.
+
+`download.tgt_lang` picks the target; English is always the source. Per language: its name, the
+number words two..ten that `pipeline.data.placeholders.protect_pair` turns into placeholders (an
+entry may list inflected forms, `a|b`), the Multi30k splits published without it, and whether the
+seed's time-machine outputs (German only) can be compared with ours. Moses rules (sacremoses) and
+SentencePiece need only the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language of the pipeline (ISO 639-1 `code`)."""
+
+    code: str
+    name: str
+    number_words: tuple[str, ...]  # two .. ten, lower case; "a|b" = either form
+    missing_splits: tuple[str, ...] = ()  # Multi30k splits never published in this language
+    time_machine: bool = False  # the seed's time-machine outputs are in this language
+
+
+SOURCE = Language("en", "English", ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"))
+TARGETS = {
+    "de": Language(
+        "de",
+        "German",
+        ("zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"),
+        time_machine=True,
+    ),
+    "fr": Language("fr", "French", ("deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix")),
+    "cs": Language(
+        "cs",
+        "Czech",
+        ("dva|dvě", "tři", "čtyři", "pět", "šest", "sedm", "osm", "devět", "deset"),
+        missing_splits=("test_2017_flickr",),
+    ),  # fmt: skip
+}
+
+
+def target(code: str) -> Language:
+    """The target language `code` (a `download.tgt_lang` value).
+
+    Raises:
+        KeyError: not a target language of this pipeline (names the supported ones).
+    """
+    if code not in TARGETS:
+        raise KeyError(f"unknown target language {code!r} (one of {', '.join(TARGETS)})")
+    return TARGETS[code]
