@@ -62,7 +62,7 @@ def main() -> None:
     en, refs = list(split["en"]), list(split["de"])
     rows = {
         "decode_stage": timed_result(
-            lambda: translate_lines(loaded, en, cfg, "cpu", False, params.train.max_len)
+            lambda: translate_lines(loaded, en, cfg, max_pieces=params.train.max_len)
         ),
         "bare_beam": timed_result(lambda: translate(loaded.model, loaded.tokenizer, en, cfg)),
         "mt_translate_file": timed_result(lambda: mt_translate(en)),

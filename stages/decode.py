@@ -15,13 +15,15 @@ from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import load_params
+from pipeline.core.config import Params, load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_text
 from pipeline.data import translations as tr
 from pipeline.data.languages import target
 from pipeline.data.multi30k import load_corpus, skipped_splits
+from pipeline.data.tokenizer import model_file
+from pipeline.serving.engine import Engine
 from pipeline.serving.translator import load_translator, translate_lines
 from pipeline.tracking.runs import run_of
 
@@ -31,18 +33,20 @@ def main(
 ) -> None:
     datasets.disable_progress_bars()
     params = load_params()
-    cfg, device, max_len = params.decode, pick_device("auto"), params.train.max_len
-    spm_model = Path(params.tokenizer.out_dir) / "spm.model"
-    loaded = load_translator(model, spm_model)
+    cfg, max_len = params.decode, params.train.max_len
+    spm_model = model_file(params.tokenizer.out_dir)
+    engine = load_translator(model, spm_model, pick_device("auto"))
     corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
     splits = [split for split in tr.EVAL_SPLITS if split in corpus]
     for split in splits:
-        hyps = translate_lines(loaded, corpus[split]["en"], cfg, device, sys.stderr.isatty(), max_len)
+        hyps = translate_lines(
+            engine, corpus[split]["en"], cfg, progress=sys.stderr.isatty(), max_pieces=max_len
+        )
         tr.write_lines(tr.translation_path(out_dir, split, tgt), hyps)
         print(f"decode: {split}: {len(hyps)} sentences -> {tr.translation_path(out_dir, split, tgt)}")
     for message in skipped_splits(tgt):
         print(f"decode: {message}")
-    write_text(time_machine_md, time_machine(loaded, time_machine_tsv, params))
+    write_text(time_machine_md, time_machine(engine, time_machine_tsv, params))
     tracker = run_of(run_id_file, params.mlflow.enabled)
     if tracker.run_id:
         from pipeline.serving.pyfunc import log_translator  # imports mlflow: only when tracking
@@ -55,13 +59,13 @@ def main(
         print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
 
 
-def time_machine(loaded, time_machine_tsv: Path, params) -> str:
+def time_machine(engine: Engine, time_machine_tsv: Path, params: Params) -> str:
     """The time-machine table (German runs), or a note that it is German-only."""
     if not target(params.download.tgt_lang).time_machine:
         print("decode: time machine: skipped, the seed's reference outputs are German")
         return tr.time_machine_not_german(params.download.tgt_lang)
     en, seed_de = tr.read_time_machine(time_machine_tsv)
-    ours = translate_lines(loaded, en, params.decode, pick_device("auto"), max_pieces=params.train.max_len)
+    ours = translate_lines(engine, en, params.decode, max_pieces=params.train.max_len)
     return tr.time_machine_markdown(en, ours, seed_de, params.decode)
 
 

@@ -17,6 +17,7 @@ from pipeline.core.config import load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
 from pipeline.data.multi30k import skipped_splits
+from pipeline.data.tokenizer import model_file
 from pipeline.ops import report
 from pipeline.serving.translator import load_translator
 
@@ -27,10 +28,11 @@ ARGS = ("model", "time_machine", "translations", "scores", "score_facts", "train
 def main(paths: dict[str, Path]) -> None:
     datasets.disable_progress_bars()
     params = load_params()
-    device = pick_device("auto")
-    loaded = load_translator(paths["model"], Path(params.tokenizer.out_dir) / "spm.model")
-    inputs = report.load_inputs(paths, loaded, params, device)
-    written = report.build_report(inputs, loaded, params.decode, paths["report_md"], paths["figures"], device)
+    engine = load_translator(paths["model"], model_file(params.tokenizer.out_dir), pick_device("auto"))
+    inputs = report.load_inputs(paths, engine, params)
+    written = report.build_report(
+        inputs, engine, params.decode, paths["report_md"], paths["figures"], params.train.max_len
+    )
     for message in skipped_splits(params.download.tgt_lang):
         print(f"report: {message}")
     print(f"report: {len(written) - 1} figures in {paths['figures']}, page {paths['report_md']}")

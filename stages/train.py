@@ -17,7 +17,7 @@ from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
 from pipeline.data.incoming import read_training_set
 from pipeline.data.multi30k import load_corpus
-from pipeline.data.tokenizer import Tokenizer
+from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.tracking import runs as tracking
 from pipeline.training import checkpoint, distributed, warm_start
 from pipeline.training import loop as training
@@ -29,7 +29,7 @@ def main() -> None:
     cfg = params.train
     if distributed.wants_torchrun(cfg.dist):
         raise SystemExit(distributed.relaunch(cfg.dist, "stages.train", []))
-    spm_model = Path(params.tokenizer.out_dir) / "spm.model"
+    spm_model = model_file(params.tokenizer.out_dir)
     tok = Tokenizer.load(spm_model)
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
     world, device = distributed.init(device, cfg.optim.threads)

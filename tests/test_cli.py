@@ -20,7 +20,8 @@ from pipeline.model.transformer import Transformer
 from pipeline.ops.cli import DEFAULT_CHECKPOINT, DEFAULT_PARAMS
 from pipeline.ops.cli import main as translate_main
 from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
-from pipeline.serving.translator import Loaded, load_translator, translate_lines
+from pipeline.serving.ours import OursEngine
+from pipeline.serving.translator import load_translator, translate_lines, translate_lines_n_best
 from pipeline.tracking.runs import repo_root
 from pipeline.training import checkpoint
 
@@ -69,17 +70,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def loaded(files: dict[str, Path]) -> Loaded:
+def loaded(files: dict[str, Path]) -> OursEngine:
     return load_translator(files["ckpt"], files["spm"])
 
 
-def test_robustness_table_passes(loaded: Loaded) -> None:
+def test_robustness_table_passes(loaded: OursEngine) -> None:
     result = pass_rate(loaded, read_table(TABLE), CFG, max_pieces=24)
     assert result.total >= 40
     assert result.passed == result.total, result.failed
 
 
-def test_real_input_kinds(loaded: Loaded, capsys) -> None:
+def test_real_input_kinds(loaded: OursEngine, capsys) -> None:
     lines = [
         "A man holds 3 balloons and 12 flowers at 5:30 pm.",
         "Visit www.example.com for photos of the 2024 parade.",
@@ -95,7 +96,7 @@ def test_real_input_kinds(loaded: Loaded, capsys) -> None:
     assert len(out) == 5 and longest_run(out[4]) <= 3 and len(out[4].split()) >= 12
 
 
-def test_uppercase_bleu_is_computed(loaded: Loaded) -> None:
+def test_uppercase_bleu_is_computed(loaded: OursEngine) -> None:
     en = ["A man walks in the park.", "Two children play near 5 trees."]
     refs = ["Ein Mann geht im Park.", "Zwei Kinder spielen bei 5 Bäumen."]
     hyps = translate_lines(loaded, en, CFG)
@@ -151,6 +152,12 @@ def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_p
     translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
                     "float32", *lines])  # fmt: skip
     out = capsys.readouterr().out.split("\n")[:-1]
-    assert out == translate_lines(loaded, lines, CFG.model_copy(update={"beam_size": 1}))
-    with pytest.raises(ConfigError, match="--n-best and --attention need --engine ours"):
-        translate_main([*argv, "--engine", "ctranslate2", "--n-best", "1", "x"])
+    greedy_cfg = CFG.model_copy(update={"beam_size": 1})
+    assert out == translate_lines(loaded, lines, greedy_cfg)
+    translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
+                    "float32", "--n-best", "1", lines[0]])  # fmt: skip
+    text, score = capsys.readouterr().out.rstrip("\n").split("\t")
+    ours_text, ours_score = translate_lines_n_best(loaded, [lines[0]], greedy_cfg, 1)[0][0]
+    assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
+    with pytest.raises(ConfigError, match="--attention needs --engine ours"):
+        translate_main([*argv, "--engine", "ctranslate2", "--attention", str(tmp_path / "a.png"), "x"])

@@ -9,7 +9,7 @@ side, as fairseq's `max_tokens`). Pairs are sorted by length after a seeded shuf
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -69,3 +69,10 @@ def batches(order: Sequence[int], size: int) -> Iterator[list[int]]:
     """Consecutive chunks of `order` of at most `size` items."""
     for start in range(0, len(order), size):
         yield list(order[start : start + size])
+
+
+def longest_first(items: Iterable[int], lengths: Sequence[int], size: int) -> Iterator[list[int]]:
+    """The indices `items` ordered longest first by `lengths[i]` (ties: the lower index first), in
+    chunks of at most `size`: the order every decoder here (validation, beam search, CTranslate2)
+    takes sentences in, so a sentence's batch mates depend only on the lengths."""
+    return batches(sorted(items, key=lambda i: (-lengths[i], i)), size)

@@ -49,6 +49,11 @@ def _trainer_options(cfg: TokenizerConfig) -> dict[str, object]:
     }
 
 
+def model_file(out_dir: str | Path) -> Path:
+    """The SentencePiece model file in a tokenizer folder (`tokenizer.out_dir`): `<out_dir>/spm.model`."""
+    return Path(out_dir) / f"{MODEL_NAME}.model"
+
+
 def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: TokenizerConfig) -> Path:
     """Train a SentencePiece model on `sentences`; write `<out_dir>/spm.model` and `spm.vocab`.
 
@@ -63,7 +68,7 @@ def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: Tokenize
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=model, **_trainer_options(cfg)
     )
-    model_path = out_dir / f"{MODEL_NAME}.model"
+    model_path = model_file(out_dir)
     with atomic_path(model_path) as tmp:
         tmp.write_bytes(model.getvalue())
     write_text(out_dir / f"{MODEL_NAME}.vocab", _vocab_text(model.getvalue()))
@@ -94,7 +99,7 @@ class Tokenizer:
         """
         path = Path(model_path)
         if path.is_dir():
-            path = path / f"{MODEL_NAME}.model"
+            path = model_file(path)
         if not path.is_file():
             raise CheckpointError(f"{path}: SentencePiece model not found (run the tokenizer stage)")
         try:

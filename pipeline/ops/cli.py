@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from pipeline.core.config import DecodeConfig, Params, load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import ConfigError, PipelineError, run_main
+from pipeline.data.tokenizer import model_file
+from pipeline.serving.engine import Engine
 from pipeline.serving.translator import (
-    Loaded,
     load_ct2_translator,
     load_translator,
     translate_lines,
@@ -41,7 +42,10 @@ BATCH_LINES = 256  # lines per batch when stdin is not a terminal
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mt-translate", description="Translate English into the trained target language (params.yaml download.tgt_lang).")
+    p = argparse.ArgumentParser(
+        prog="mt-translate",
+        description="Translate English into the trained target language (params.yaml download.tgt_lang).",
+    )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
     p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="model checkpoint (.pt)")
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
@@ -49,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
     p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where our engine runs")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
     p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
                    help="our beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
     p.add_argument(
@@ -116,7 +120,7 @@ def utf8_line(number: int, line: str) -> str:
 
 def spm_path(args: argparse.Namespace, params: Params) -> Path:
     """--spm, else params' tokenizer.out_dir (relative to the params file's folder)."""
-    return args.spm or args.params.resolve().parent / params.tokenizer.out_dir / "spm.model"
+    return args.spm or model_file(args.params.resolve().parent / params.tokenizer.out_dir)
 
 
 def run_device(args: argparse.Namespace) -> torch.device:
@@ -132,44 +136,40 @@ def run_device(args: argparse.Namespace) -> torch.device:
 
 
 def outputs(
-    loaded: Loaded,
-    batch: list[str],
-    cfg: DecodeConfig,
-    n_best: int | None,
-    device: torch.device,
-    max_len: int,
+    engine: Engine, batch: list[str], cfg: DecodeConfig, n_best: int | None, max_len: int
 ) -> Iterable[str]:
     if n_best is None:
-        return translate_lines(loaded, batch, cfg, device, max_pieces=max_len)
-    nbest = translate_lines_n_best(loaded, batch, cfg, n_best, device, max_pieces=max_len)
+        return translate_lines(engine, batch, cfg, max_pieces=max_len)
+    nbest = translate_lines_n_best(engine, batch, cfg, n_best, max_pieces=max_len)
     return (
         "\n".join(f"{text}\t{score:.4f}" for text, score in entries) if entries else "" for entries in nbest
     )
 
 
-def load(args: argparse.Namespace, spm: Path) -> Loaded:
-    """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --n-best/--attention)."""
+def load(args: argparse.Namespace, spm: Path, device: torch.device) -> Engine:
+    """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --attention), on `device`."""
     if args.engine == "ours":
-        return load_translator(args.checkpoint, spm)
-    if args.n_best is not None or args.attention is not None:
-        raise ConfigError("--engine ctranslate2: --n-best and --attention need --engine ours")
+        return load_translator(args.checkpoint, spm, device)
+    if args.attention is not None:
+        raise ConfigError(
+            "--engine ctranslate2: --attention needs --engine ours (it draws our model's attention)"
+        )
     try:
-        return load_ct2_translator(args.ct2_dir, spm, args.compute_type)
+        return load_ct2_translator(args.ct2_dir, spm, args.compute_type, device.type)
     except ValueError as exc:  # CTranslate2's message for an unknown compute type
         raise ConfigError(f"--compute-type {args.compute_type}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> Iterator[str]:
-    """Yield the output for each input line (one German line; K lines with --n-best)."""
+    """Yield the output for each input line (one translated line; K lines with --n-best)."""
     params = defaults(args.params)
     cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
     if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
         raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
-    device = run_device(args)
-    loaded = load(args, spm_path(args, params))
+    engine = load(args, spm_path(args, params), run_device(args))
     first: tuple[str, str] | None = None
     for batch in input_batches(args.sentences):
-        translated = outputs(loaded, batch, cfg, args.n_best, device, params.train.max_len)
+        translated = outputs(engine, batch, cfg, args.n_best, params.train.max_len)
         for line, german in zip(batch, translated, strict=True):
             if first is None and line.strip():
                 first = (line, german.split("\t")[0])
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> Iterator[str]:
         from pipeline.model.attention_maps import attention_map
         from pipeline.ops.report import plot_attention
 
-        amap = attention_map(loaded.model, loaded.tokenizer, *first)
+        amap = attention_map(engine.model, engine.tokenizer, *first)
         plot_attention(amap, f"{first[0]}\n{first[1]}", args.attention)
 
 

@@ -23,7 +23,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from pipeline.core.config import DecodeConfig, Params  # noqa: E402
@@ -36,7 +35,8 @@ from pipeline.data.multi30k import LANG_NAMES, load_corpus  # noqa: E402
 from pipeline.model.attention_maps import AttentionMap, attention_map  # noqa: E402
 from pipeline.ops import robustness  # noqa: E402
 from pipeline.ops.robustness import RobustnessResult  # noqa: E402
-from pipeline.serving.translator import Loaded, translate_lines  # noqa: E402
+from pipeline.serving.ours import OursEngine  # noqa: E402
+from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines  # noqa: E402
 from pipeline.tracking.runs import git_commit, read_run_id  # noqa: E402, F401 (re-exported)
 
 DPI = 100
@@ -130,11 +130,9 @@ class ReportInputs:
 BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
 
 
-def load_inputs(
-    files: dict[str, Path], loaded: Loaded, params: Params, device: str | torch.device
-) -> ReportInputs:
+def load_inputs(files: dict[str, Path], engine: OursEngine, params: Params) -> ReportInputs:
     """The report's inputs from the run's files (`stages.report.ARGS` names the keys), the corpus
-    and `params`; runs the robustness table and the upper-cased `BUCKET_SPLIT` through `loaded`.
+    and `params`; runs the robustness table and the upper-cased `BUCKET_SPLIT` through `engine`.
     The train summary and train facts are merged (either may hold a key), over the params'
     `model`/`optim` config."""
     tgt, corpus = params.download.tgt_lang, load_corpus(params.download.out_dir)
@@ -150,8 +148,8 @@ def load_inputs(
         log=read_log(files["train_log"]),
         summary={**config, **read_json(files["train_summary"]), **read_json_optional(files["train_facts"])},
         robustness=(
-            robustness.pass_rate(loaded, table, cfg, device, params.train.max_len),
-            robustness.uppercase_bleu(loaded, test["en"], test[tgt], hyps, cfg, device),
+            robustness.pass_rate(engine, table, cfg, params.train.max_len),
+            robustness.uppercase_bleu(engine, test["en"], test[tgt], hyps, cfg, params.train.max_len),
         ),
         time_machine_en=en,
         time_machine_seed=seed_de,
@@ -503,11 +501,11 @@ def render_markdown(
 
 def build_report(
     inputs: ReportInputs,
-    loaded: Loaded,
+    engine: OursEngine,
     decode: DecodeConfig,
     report_md: Path,
     fig_dir: Path,
-    device: str | torch.device = "cpu",
+    max_pieces: int = MAX_SRC_PIECES,
 ) -> list[Path]:
     """Translate the time-machine sentences, draw every figure into `fig_dir`, write `report_md`.
 
@@ -517,8 +515,8 @@ def build_report(
     curves = plot_training_curves(inputs.log, fig_dir)
     buckets = bleu_by_length(inputs.bucket_en, inputs.bucket_hyps, inputs.bucket_refs)
     bucket_chart = plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
-    model, tok = loaded.model, loaded.tokenizer
-    ours = translate_lines(loaded, inputs.time_machine_en, decode, device)
+    model, tok = engine.model, engine.tokenizer
+    ours = translate_lines(engine, inputs.time_machine_en, decode, max_pieces=max_pieces)
     german = target(inputs.tgt_lang).time_machine  # the seed's outputs are German
     tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed) if german else []
     attention = []

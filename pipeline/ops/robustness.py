@@ -14,13 +14,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import DataError
 from pipeline.core.metrics import score
+from pipeline.serving.engine import Engine
 from pipeline.serving.textproc import MAX_RUN
-from pipeline.serving.translator import MAX_SRC_PIECES, Loaded, translate_lines, translate_sentences
+from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines, translate_sentences
 
 HEADER = ["input", "sentences", "verbatim", "case"]
 
@@ -89,29 +88,25 @@ class RobustnessResult:
 
 
 def pass_rate(
-    loaded: Loaded,
-    cases: list[Case],
-    cfg: DecodeConfig,
-    device: str | torch.device = "cpu",
-    max_pieces: int = MAX_SRC_PIECES,
+    engine: Engine, cases: list[Case], cfg: DecodeConfig, max_pieces: int = MAX_SRC_PIECES
 ) -> RobustnessResult:
     """Translate every case (one batched call) and check its properties."""
-    per_line = translate_sentences(loaded, [c.text for c in cases], cfg, device, max_pieces=max_pieces)
+    per_line = translate_sentences(engine, [c.text for c in cases], cfg, max_pieces=max_pieces)
     failed = [(c.text, f) for c, out in zip(cases, per_line, strict=True) if (f := failures(c, out))]
     return RobustnessResult(len(cases) - len(failed), len(cases), failed)
 
 
 def uppercase_bleu(
-    loaded: Loaded,
+    engine: Engine,
     en: list[str],
     refs: list[str],
     hyps: list[str],
     cfg: DecodeConfig,
-    device: str | torch.device = "cpu",
+    max_pieces: int = MAX_SRC_PIECES,
 ) -> tuple[float, float]:
     """Cased BLEU against upper-cased references of (the normal source's translations `hyps`
     upper-cased, the translations of the upper-cased source). Issue 18 asks them within 2 BLEU."""
     upper_refs = [r.upper() for r in refs]
-    upper_hyps = translate_lines(loaded, [s.upper() for s in en], cfg, device)
+    upper_hyps = translate_lines(engine, [s.upper() for s in en], cfg, max_pieces=max_pieces)
     normal = score([h.upper() for h in hyps], upper_refs)["bleu"]
     return float(normal), float(score(upper_hyps, upper_refs)["bleu"])

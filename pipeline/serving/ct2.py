@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ from torch import nn
 
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import CheckpointError, ConfigError
-from pipeline.data.batching import batches, pad
+from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.beam import gnmt_length_penalty
 from pipeline.model.greedy import max_lengths
@@ -149,26 +150,23 @@ def replaceable(path: Path) -> bool:
     return path.is_dir() and (not any(path.iterdir()) or (path / "model.bin").is_file())
 
 
-def load_ct2(model_dir: str | Path, compute_type: str = "default", threads: int = 0):
-    """A `ctranslate2.Translator` on the CPU; `compute_type` e.g. "float32", "int8";
-    `threads` intra-op threads (0: CTranslate2's default)."""
+def load_ct2(model_dir: str | Path, compute_type: str = "default", threads: int = 0, device: str = "cpu"):
+    """A `ctranslate2.Translator` on `device` ("cpu" or "cuda"); `compute_type` e.g. "float32",
+    "int8"; `threads` intra-op threads (0: CTranslate2's default)."""
     import ctranslate2
 
     return ctranslate2.Translator(
-        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+        str(model_dir), device=device, compute_type=compute_type, intra_threads=threads
     )
 
 
-def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[str]:
-    """Translate raw sentences with a CTranslate2 model (a `Translator` or its directory) using
-    `cfg`'s beam size, length penalty (our GNMT one: see the module doc) and per-sentence
-    length limit; `cfg.batch_size` sentences per call. Blank inputs give "". Returns the
-    detokenised outputs in input order."""
-    if isinstance(translator, str | Path):
-        translator = load_ct2(translator)
+def ct2_hypotheses(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[list]:
+    """Per sentence, CTranslate2's `cfg.beam_size` finished hypotheses ranked by our GNMT penalty
+    (see the module doc), as (piece ids, normalised log-prob), best first; [] for a blank input.
+    Sentences go `cfg.batch_size` at a time, grouped by their length limit."""
     ids = tokenizer.encode_batch(list(sentences))
     todo = [i for i, text in enumerate(sentences) if text.strip()]
-    outputs = [""] * len(sentences)
+    outputs: list[list] = [[] for _ in sentences]
     if not todo:
         return outputs
     src = pad([ids[i] + [tokenizer.eos_id] for i in todo], tokenizer.pad_id)  # as search counts it
@@ -179,8 +177,7 @@ def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: D
     piece_id = {p: i for i, p in enumerate(tokenizer.id_to_piece(range(tokenizer.vocab_size)))}
     banned = [tokenizer.id_to_piece([i]) for i in (tokenizer.pad_id, tokenizer.bos_id)]
     for limit, members in sorted(groups.items()):
-        order = sorted(members, key=lambda i: (-len(ids[i]), i))
-        for chunk in batches(order, cfg.batch_size):
+        for chunk in longest_first(members, [len(x) for x in ids], cfg.batch_size):
             results = translator.translate_batch(
                 [tokenizer.id_to_piece(ids[i]) for i in chunk],
                 beam_size=cfg.beam_size,
@@ -192,9 +189,18 @@ def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: D
                 max_input_length=MAX_POSITIONS,
             )
             for i, r in zip(chunk, results, strict=True):
-                best = gnmt_best(r.hypotheses, r.scores, cfg.length_penalty)
-                outputs[i] = tokenizer.decode(piece_id[p] for p in best)
+                ranked = gnmt_ranked(r.hypotheses, r.scores, cfg.length_penalty)
+                outputs[i] = [([piece_id[p] for p in pieces], score) for pieces, score in ranked]
     return outputs
+
+
+def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[str]:
+    """Translate raw sentences with a CTranslate2 model (a `Translator` or its directory): the best
+    of `ct2_hypotheses` per sentence, detokenised, in input order ("" for a blank input)."""
+    if isinstance(translator, str | Path):
+        translator = load_ct2(translator)
+    ranked = ct2_hypotheses(translator, tokenizer, sentences, cfg)
+    return [tokenizer.decode(hyps[0][0]) if hyps else "" for hyps in ranked]
 
 
 # CTranslate2 divides a finished hypothesis' log-prob by len ** length_penalty, and with 0 it stops
@@ -202,16 +208,41 @@ def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: D
 RAW_SCORES = 1e-6
 
 
-def gnmt_best(hypotheses: list[list[str]], scores: list[float], alpha: float) -> list[str]:
-    """The CTranslate2 hypothesis (pieces, eos excluded) whose log-prob, with CTranslate2's
-    `len ** RAW_SCORES` undone, is best under our GNMT penalty ((5 + |Y|) / 6) ** alpha with
-    |Y| counting eos (`pipeline.model.beam.gnmt_length_penalty`)."""
+def gnmt_ranked(
+    hypotheses: list[list[str]], scores: list[float], alpha: float
+) -> list[tuple[list[str], float]]:
+    """CTranslate2's hypotheses (pieces, eos excluded) with their log-probs, `len ** RAW_SCORES`
+    undone and divided by our GNMT penalty ((5 + |Y|) / 6) ** alpha, |Y| counting eos
+    (`pipeline.model.beam.gnmt_length_penalty`); best first (ties: CTranslate2's order)."""
 
-    def normalised(pair: tuple[list[str], float]) -> float:
-        pieces, score = pair
+    def normalised(pieces: list[str], score: float) -> float:
         return score * max(len(pieces), 1) ** RAW_SCORES / gnmt_length_penalty(len(pieces) + 1, alpha)
 
-    return max(zip(hypotheses, scores, strict=True), key=normalised)[0]
+    ranked = [(pieces, normalised(pieces, score)) for pieces, score in zip(hypotheses, scores, strict=True)]
+    return sorted(ranked, key=lambda pair: -pair[1])
+
+
+def gnmt_best(hypotheses: list[list[str]], scores: list[float], alpha: float) -> list[str]:
+    """The best of `gnmt_ranked`: its pieces."""
+    return gnmt_ranked(hypotheses, scores, alpha)[0][0]
+
+
+@dataclass
+class Ct2Engine:
+    """A CTranslate2 export (a `ctranslate2.Translator`) and the tokenizer of its model, as an `Engine`."""
+
+    translator: object
+    tokenizer: Tokenizer
+    device: str = "cpu"
+
+    def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
+        return ct2_translate(self.translator, self.tokenizer, texts, cfg)
+
+    def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
+        if not 1 <= n <= cfg.beam_size:
+            raise ValueError(f"n_best must be between 1 and the beam size {cfg.beam_size}, got {n}")
+        ranked = ct2_hypotheses(self.translator, self.tokenizer, texts, cfg)
+        return [[(self.tokenizer.decode(ids), score) for ids, score in hyps[:n]] for hyps in ranked]
 
 
 def vocabulary_size(model_dir: str | Path) -> int:

@@ -1,16 +1,17 @@
-"""Our engine's batched translation of raw sentences: encode, sort longest first, decode in
-batches with greedy or beam search, detokenise, in the input order."""
+"""Our engine: batched translation of sentences with our Transformer (encode, sort longest first,
+decode in batches with greedy or beam search, detokenise, in the input order)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
 from pipeline.core.config import DecodeConfig
-from pipeline.data.batching import batches, pad
+from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.beam import Hypothesis, beam_search_n_best, decode_batch
 from pipeline.model.transformer import Transformer
@@ -29,9 +30,8 @@ def decode_sentences(
     does not see them). Sources are pieces + eos, as in training, on the CPU."""
     ids = tokenizer.encode_batch(list(sentences))
     todo = [i for i, text in enumerate(sentences) if text.strip()]
-    order = sorted(todo, key=lambda i: (-len(ids[i]), i))
     outputs: list = [None] * len(sentences)
-    chunks = list(batches(order, cfg.batch_size))
+    chunks = list(longest_first(todo, [len(x) for x in ids], cfg.batch_size))
     for chunk in tqdm(chunks, desc="decode", unit="batch", disable=not progress):
         src = pad([ids[i] + [tokenizer.eos_id] for i in chunk], model.pad_id)
         for i, result in zip(chunk, decode(src), strict=True):
@@ -93,3 +93,21 @@ def translate_n_best(
 
     results = decode_sentences(model, tokenizer, sentences, cfg, decode)
     return [[] if r is None else [(tokenizer.decode(h.tokens), h.score) for h in r] for r in results]
+
+
+@dataclass
+class OursEngine:
+    """Our Transformer (eval mode, on `device`) and its tokenizer, as an `Engine`."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        self.model.eval().to(self.device)
+
+    def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
+        return translate(self.model, self.tokenizer, texts, cfg, self.device, progress)
+
+    def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
+        return translate_n_best(self.model, self.tokenizer, texts, cfg, n, self.device)

@@ -36,16 +36,16 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
         self.max_len = int(config.pop("max_len", MAX_SRC_PIECES))
         compute_type = config.pop("compute_type", "int8")
         if "ct2" in context.artifacts:  # a CTranslate2 export logged beside the checkpoint
-            self.loaded = load_ct2_translator(
+            self.engine = load_ct2_translator(
                 context.artifacts["ct2"], context.artifacts["spm"], compute_type
             )
         else:
-            self.loaded = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
+            self.engine = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
         self.cfg = DecodeConfig(**config)
 
     def predict(self, context, model_input, params=None) -> list[str]:
         lines = english_sentences(model_input)
-        return translate_lines(self.loaded, lines, self.cfg, max_pieces=self.max_len)
+        return translate_lines(self.engine, lines, self.cfg, max_pieces=self.max_len)
 
 
 def english_sentences(model_input) -> list[str]:

@@ -1,12 +1,13 @@
 """One model loader and one translate pipeline for raw English lines, shared by the decode stage,
 `mt-translate`, the report and the MLflow pyfunc.
 
-`load_translator` reads a checkpoint (`pipeline.training.checkpoint`) and checks it against the tokenizer
-(vocabulary size and special ids). `translate_lines` takes raw lines: each is split into sentences,
-protected spans become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, sentences
-longer than the trained maximum are cut into chunks; all model inputs of all lines are decoded
-together by `pipeline.serving.ours.translate` (batched beam search), then case, spans and lines are
-restored (see `pipeline.serving.textproc`). One output line per input line; an empty line stays empty.
+`load_translator` gives our engine (a checkpoint checked against the tokenizer: vocabulary size
+and special ids), `load_ct2_translator` the CTranslate2 engine; both are `pipeline.serving.engine.Engine`s,
+chosen once. `translate_lines` takes raw lines: each is split into sentences, protected spans
+become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, sentences longer than the
+trained maximum are cut into chunks; all model inputs of all lines go to the engine together, then
+case, spans and lines are restored (see `pipeline.serving.textproc`). One output line per input
+line; an empty line stays empty.
 """
 
 from __future__ import annotations
@@ -21,27 +22,20 @@ import torch
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.data.tokenizer import Tokenizer
-from pipeline.model.transformer import Transformer
 from pipeline.serving import textproc
-from pipeline.serving.ours import translate, translate_n_best
+from pipeline.serving.ct2 import Ct2Engine, load_ct2, vocabulary_size
+from pipeline.serving.engine import Engine
+from pipeline.serving.ours import OursEngine
 from pipeline.training.checkpoint import load_model
 
 MAX_SRC_PIECES = 128  # train.max_len default: source pieces the model saw at most (eos included)
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """A model and the tokenizer it was trained with; `ct2` (a `ctranslate2.Translator` of the
-    same model, see `pipeline.serving.ct2`) decodes instead of our search when set."""
-
-    model: Transformer | None
-    tokenizer: Tokenizer
-    ct2: object | None = None
-
-
-def load_translator(checkpoint: str | Path, spm_model: str | Path) -> Loaded:
-    """The checkpoint's model (eval mode, CPU) and the SentencePiece model, checked against each
-    other: same vocabulary size and pad/bos/eos ids.
+def load_translator(
+    checkpoint: str | Path, spm_model: str | Path, device: str | torch.device = "cpu"
+) -> OursEngine:
+    """Our engine: the checkpoint's model (eval mode, on `device`) and the SentencePiece model,
+    checked against each other: same vocabulary size and pad/bos/eos ids.
 
     Raises:
         CheckpointError: unreadable files (see `pipeline.training.checkpoint.load_model`, `Tokenizer.load`),
@@ -55,36 +49,25 @@ def load_translator(checkpoint: str | Path, spm_model: str | Path) -> Loaded:
             f"{checkpoint}: special ids pad/bos/eos {ids} differ from the tokenizer's "
             f"{(tok.pad_id, tok.bos_id, tok.eos_id)}"
         )
-    return Loaded(model, tok)
+    return OursEngine(model, tok, str(device))
 
 
 def load_ct2_translator(
-    model_dir: str | Path, spm_model: str | Path, compute_type: str = "default"
-) -> Loaded:
-    """A CTranslate2 export (`python -m pipeline.ops.export ctranslate2`) with its tokenizer;
-    `compute_type` "float32", "int8", ... (CTranslate2's names).
+    model_dir: str | Path, spm_model: str | Path, compute_type: str = "default", device: str = "cpu"
+) -> Ct2Engine:
+    """The CTranslate2 engine: an export (`python -m pipeline.ops.export ctranslate2`) on `device`
+    with its tokenizer; `compute_type` "float32", "int8", ... (CTranslate2's names).
 
     Raises:
         CheckpointError: the directory is not a CTranslate2 model of this tokenizer's vocabulary.
     """
-    from pipeline.serving.ct2 import load_ct2, vocabulary_size
-
     tok = Tokenizer.load(spm_model)
     size = vocabulary_size(model_dir)
     if size != tok.vocab_size:
         raise CheckpointError(
             f"{model_dir}: CTranslate2 vocabulary of {size} pieces, tokenizer has {tok.vocab_size}"
         )
-    return Loaded(None, tok, load_ct2(model_dir, compute_type))
-
-
-def decode_texts(loaded: Loaded, texts: list[str], cfg: DecodeConfig, device, progress: bool) -> list[str]:
-    """Model inputs -> German with our batched search, or with CTranslate2 when `loaded.ct2` is set."""
-    if loaded.ct2 is not None:
-        from pipeline.serving.ct2 import ct2_translate
-
-        return ct2_translate(loaded.ct2, loaded.tokenizer, texts, cfg)
-    return translate(loaded.model, loaded.tokenizer, texts, cfg, device, progress)
+    return Ct2Engine(load_ct2(model_dir, compute_type, device=device), tok, device)
 
 
 @dataclass
@@ -134,7 +117,7 @@ def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) 
 
 
 def finish(sentence: Sentence, outputs: list[str]) -> str:
-    """One sentence's German from its chunks' outputs: joined, repeats collapsed, case and spans
+    """One sentence's translation from its chunks' outputs: joined, repeats collapsed, case and spans
     restored (an untranslatable sentence is returned unchanged)."""
     if not sentence.inputs:
         return sentence.text
@@ -143,19 +126,18 @@ def finish(sentence: Sentence, outputs: list[str]) -> str:
 
 
 def translate_sentences(
-    loaded: Loaded,
+    engine: Engine,
     lines: list[str],
     cfg: DecodeConfig,
-    device: str | torch.device = "cpu",
+    *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
 ) -> list[list[str]]:
     """Each line's translated sentences (a list per line, [] for a blank line), all model inputs
-    decoded in one batched `pipeline.serving.ours.translate` call. Dropped placeholders are counted in
-    one stderr warning."""
-    sentences = prepare(lines, loaded.tokenizer, max_pieces)
+    decoded in one `engine.translate` call. Dropped placeholders are counted in one stderr warning."""
+    sentences = prepare(lines, engine.tokenizer, max_pieces)
     flat = [text for s in sentences for text in s.inputs]
-    german = iter(decode_texts(loaded, flat, cfg, device, progress))
+    german = iter(engine.translate(flat, cfg, progress))
     per_line: list[list[str]] = [[] for _ in lines]
     missing = 0
     for s in sentences:
@@ -168,27 +150,22 @@ def translate_sentences(
 
 
 def translate_lines(
-    loaded: Loaded,
+    engine: Engine,
     lines: list[str],
     cfg: DecodeConfig,
-    device: str | torch.device = "cpu",
+    *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
 ) -> list[str]:
-    """One German line per input line (sentences re-joined with a space; blank -> "")."""
-    per_line = translate_sentences(loaded, lines, cfg, device, progress, max_pieces)
+    """One translated line per input line (sentences re-joined with a space; blank -> "")."""
+    per_line = translate_sentences(engine, lines, cfg, progress=progress, max_pieces=max_pieces)
     return [" ".join(sentences) for sentences in per_line]
 
 
 def translate_lines_n_best(
-    loaded: Loaded,
-    lines: list[str],
-    cfg: DecodeConfig,
-    n_best: int,
-    device: str | torch.device = "cpu",
-    max_pieces: int = MAX_SRC_PIECES,
+    engine: Engine, lines: list[str], cfg: DecodeConfig, n_best: int, *, max_pieces: int = MAX_SRC_PIECES
 ) -> list[list[tuple[str, float]]]:
-    """The `n_best` best German lines of each input line as (text, length-normalised log-prob),
+    """The `n_best` best translated lines of each input line as (text, length-normalised log-prob),
     best first, with the same processing as `translate_lines`. The k-th line joins the k-th best
     of each of its model inputs (sentences, chunks); its score is their mean. A blank line gives
     [], a line with nothing translatable one entry (the line itself, score 0.0).
@@ -196,9 +173,9 @@ def translate_lines_n_best(
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.
     """
-    sentences = prepare(lines, loaded.tokenizer, max_pieces)
+    sentences = prepare(lines, engine.tokenizer, max_pieces)
     flat = [text for s in sentences for text in s.inputs]
-    results = iter(translate_n_best(loaded.model, loaded.tokenizer, flat, cfg, n_best, device))
+    results = iter(engine.n_best(flat, cfg, n_best))
     per_line: list[list[tuple[Sentence, list[list[tuple[str, float]]]]]] = [[] for _ in lines]
     for s in sentences:
         per_line[s.line].append((s, [next(results) for _ in s.inputs]))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from pipeline.core.config import DecodeConfig
-from pipeline.data.batching import Pair, collate, make_batches, pad
+from pipeline.data.batching import Pair, collate, longest_first, make_batches, pad
 from pipeline.data.tokenizer import BOS_ID, EOS_ID
 from pipeline.model.greedy import greedy
 from pipeline.model.transformer import Transformer
@@ -34,10 +34,8 @@ def greedy_ids(model: Transformer, srcs: list[list[int]], decode: DecodeConfig) 
     """
     model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(srcs)), key=lambda i: -len(srcs[i]))
     out: list[list[int]] = [[] for _ in srcs]
-    for start in range(0, len(order), decode.batch_size):
-        chunk = order[start : start + decode.batch_size]
+    for chunk in longest_first(range(len(srcs)), [len(s) for s in srcs], decode.batch_size):
         src = pad([srcs[i] + [EOS_ID] for i in chunk], model.pad_id).to(device)
         for i, ids in zip(
             chunk, greedy(model, src, BOS_ID, EOS_ID, decode.max_len_a, decode.max_len_b), strict=True
