@@ -37,14 +37,10 @@ from pipeline.tracking.runs import flatten
 RECORD = Path("reports/experiments.jsonl")
 HYPS_DIR = Path("reports/study")
 TABLE = Path("reports/experiments.md")
-METRICS = {  # record field -> (metrics file, key)
-    "steps": ("reports/train_summary.json", "steps"),
-    "epochs": ("reports/train_summary.json", "epochs"),
-    "minutes": ("reports/train_summary.json", "minutes"),
-    "target_tokens": ("reports/train_summary.json", "target_tokens"),
-    "val_bleu": ("reports/val.json", "bleu"),
-    "val_bleu_lc_tok": ("reports/val.json", "bleu_lc_tok"),
-}
+SCORES_DIR = Path("reports")  # `score`'s <split>.json (dvc.yaml passes it on the command line)
+TRANSLATIONS_DIR = Path("reports/translations")  # `decode`'s output folder (dvc.yaml, likewise)
+SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
+VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
 RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
 BOOKKEEPING = {
     "train.optim.max_minutes",
@@ -91,12 +87,14 @@ def recipe(params: dict) -> dict:
     return {k: v for k, v in sorted(params.items()) if k.startswith(RECIPE_PREFIXES) and k not in BOOKKEEPING}
 
 
-def entry(name: str, rev: str, base: str, data: dict, facts: dict) -> dict:
-    """The record line of one finished experiment."""
+def entry(name: str, rev: str, base: str, data: dict, facts: dict, summary_json: str) -> dict:
+    """The record line of one finished experiment (`summary_json`: its `train.metrics_json`)."""
     params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
     metrics = {file: flatten(m.get("data", {})) for file, m in data.get("metrics", {}).items()}
+    summary, val = metrics.get(summary_json, {}), metrics.get(str(SCORES_DIR / "val.json"), {})
     out = {"name": name, "commit": rev, "baseline_commit": base}
-    out |= {field: metrics.get(file, {}).get(key) for field, (file, key) in METRICS.items()}
+    out |= {field: summary.get(field) for field in SUMMARY_FIELDS}
+    out |= {field: val.get(key) for field, key in VAL_FIELDS.items()}
     final = facts.get("final_model", {})
     ran_out = out["steps"] is not None and out["steps"] >= params.get("train.optim.max_steps", float("inf"))
     out |= {
@@ -140,10 +138,10 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
     lang = params.download.tgt_lang
     rev, base, data = find_experiment(exp_show(["--all-commits"]), name)
     facts = json.loads(git_file(rev, params.train.facts_json) or "{}")
-    hyps = git_file(rev, str(translation_path(Path("reports/translations"), "val", lang)))
+    hyps = git_file(rev, str(translation_path(TRANSLATIONS_DIR, "val", lang)))
     if hyps is None:
         raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
-    row = entry(name, rev, base, data, facts) | {
+    row = entry(name, rev, base, data, facts, params.train.metrics_json) | {
         "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
         "recorded_on": platform.node(),
         "note": note,

@@ -72,15 +72,21 @@ def run_stage(stage: str, repo: str, force: bool = False) -> str:
 
 
 INCOMING_STAGE, TRAIN_STAGE = "incoming", "train"
-INCOMING_DIR, INCOMING_COUNTS = "data/incoming", "reports/incoming.json"  # as in dvc.yaml's incoming cmd
+
+
+def repo_params(repo: str):
+    """The repository's validated `params.yaml` (paths in it are relative to `repo`)."""
+    from pipeline.core.config import load_params
+
+    return load_params(Path(repo) / "params.yaml")
 
 
 @task
 def look_for_incoming(repo: str) -> list[str]:
-    """The incoming files (`data/incoming/*.tsv`) present now; DVC decides whether they are new."""
+    """The incoming files (`incoming.in_dir`/*.tsv) present now; DVC decides whether they are new."""
     from pipeline.data.incoming import incoming_files
 
-    names = [p.name for p in incoming_files(Path(repo) / INCOMING_DIR)]
+    names = [p.name for p in incoming_files(Path(repo) / repo_params(repo).incoming.in_dir)]
     get_run_logger().info("incoming data: %s", ", ".join(names) if names else "no files")
     return names
 
@@ -105,7 +111,7 @@ def describe_case(stages: dict[str, str], counts: dict | None) -> str:
 
 
 def read_counts(repo: str) -> dict | None:
-    path = Path(repo) / INCOMING_COUNTS
+    path = Path(repo) / repo_params(repo).incoming.metrics_json
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -113,9 +119,7 @@ def read_counts(repo: str) -> dict | None:
 def promote_champion(repo: str) -> str:
     """Move `champion` to the candidate when it is significantly better on val
     (`pipeline.ops.promotion.promote`). Returns the decision's message."""
-    from pipeline.core.config import load_params
-
-    params = load_params(Path(repo) / "params.yaml")
+    params = repo_params(repo)
     if not params.mlflow.enabled:
         return "mlflow disabled: nothing to promote"
     from pipeline.data.multi30k import load_corpus

@@ -8,18 +8,48 @@ SentencePiece model, its model config the beam-search settings (`DecodeConfig` f
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import mlflow
 import pandas as pd
 
 from pipeline.core.config import DecodeConfig
+from pipeline.core.errors import PipelineError
 from pipeline.serving.translator import MAX_SRC_PIECES, load_ct2_translator, load_translator, translate_lines
 from pipeline.tracking import runs as tracking
+from pipeline.tracking.runs import repo_root
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the `pipeline` package, logged as code
-REQUIREMENTS = ["torch==2.13.0", "sentencepiece==0.2.3", "pydantic==2.14.4", "pyyaml==6.0.4", "numpy==2.4.6",
-                "tqdm==4.70.1", "pandas==3.1.1", "pysbd==0.3.4", "sacremoses==0.2.0", "ctranslate2==4.8.5"]  # fmt: skip
+PYFUNC_PACKAGES = ("torch", "sentencepiece", "pydantic", "pyyaml", "numpy", "tqdm", "pandas", "pysbd",
+                   "sacremoses", "ctranslate2")  # fmt: skip  # what loading and translating import
+
+
+def installed(name: str) -> str:
+    """The installed version of `name` without a local label (torch's `2.13.0+cpu` -> `2.13.0`)."""
+    return metadata.version(name).split("+")[0]
+
+
+def requirements(requirements_txt: Path | None = None) -> list[str]:
+    """The pip requirements of the logged model: `PYFUNC_PACKAGES` pinned as in the repository's
+    `requirements.txt` (the project's reproducible pin set), or, without that file (an installed
+    package), at the versions installed here.
+
+    Raises:
+        PipelineError: a package of `PYFUNC_PACKAGES` has no `==` pin in the file.
+    """
+    path = requirements_txt or repo_root() / "requirements.txt"
+    if not path.is_file():
+        return [f"{name}=={installed(name)}" for name in PYFUNC_PACKAGES]
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep:
+            pins[name.strip().lower()] = version.strip()
+    missing = [name for name in PYFUNC_PACKAGES if name not in pins]
+    if missing:
+        raise PipelineError(f"{path}: no == pin for {', '.join(missing)} (the pyfunc's requirements)")
+    return [f"{name}=={pins[name]}" for name in PYFUNC_PACKAGES]
 
 
 class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
@@ -80,7 +110,7 @@ def log_translator(
             artifacts=artifacts,
             model_config=decode_cfg,
             code_paths=[str(PACKAGE_DIR)],
-            pip_requirements=REQUIREMENTS,
+            pip_requirements=requirements(),
             registered_model_name=model_name,
         )
     version = str(info.registered_model_version)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import DecodeConfig, TrainConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.serving import textproc
@@ -28,7 +28,7 @@ from pipeline.serving.engine import Engine
 from pipeline.serving.ours import OursEngine
 from pipeline.training.checkpoint import load_model
 
-MAX_SRC_PIECES = 128  # train.max_len default: source pieces the model saw at most (eos included)
+MAX_SRC_PIECES = TrainConfig().max_len  # source pieces the model saw at most (eos included)
 
 
 def load_translator(
