@@ -22,17 +22,15 @@ from pipeline.ops import report
 from pipeline.serving.translator import load_translator
 
 ARGS = ("model", "time_machine", "translations", "scores", "score_facts", "train_log", "train_summary",
-        "train_facts", "mlflow_run_id", "robustness", "report_md", "figures")  # fmt: skip
+        "train_facts", "mlflow_run_id", "robustness_json", "robustness_failures", "report_md", "figures")  # fmt: skip
 
 
 def main(paths: dict[str, Path]) -> None:
     datasets.disable_progress_bars()
     params = load_params()
     engine = load_translator(paths["model"], model_file(params.tokenizer.out_dir), pick_device("auto"))
-    inputs = report.load_inputs(paths, engine, params)
-    written = report.build_report(
-        inputs, engine, params.decode, paths["report_md"], paths["figures"], params.train.max_len
-    )
+    inputs = report.load_inputs(paths, params)
+    written = report.build_report(inputs, engine, params.decode, paths["report_md"], paths["figures"])
     for message in skipped_splits(params.download.tgt_lang):
         print(f"report: {message}")
     print(f"report: {len(written) - 1} figures in {paths['figures']}, page {paths['report_md']}")

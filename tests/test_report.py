@@ -20,7 +20,8 @@ from pipeline.core.metrics import score, split_scores
 from pipeline.data.batching import pad
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer
-from pipeline.data.translations import read_scores, translation_path, write_scores
+from pipeline.data.translations import TIME_MACHINE as TIME_MACHINE_NAME
+from pipeline.data.translations import read_scores, read_time_machine, translation_path, write_scores
 from pipeline.model.attention_maps import attention_map, cross_attention
 from pipeline.model.transformer import Transformer
 from pipeline.ops.report import (
@@ -33,6 +34,7 @@ from pipeline.ops.report import (
     read_run_id,
     seed_style,
 )
+from pipeline.ops.robustness import RobustnessResult, write_figures
 from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,7 +146,8 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         "train_summary": root / "reports" / "train_summary.json",
         "train_facts": root / "reports" / "train_facts.json",
         "mlflow_run_id": root / "reports" / "mlflow_run_id.txt",
-        "robustness": REPO / "tests" / "robustness.tsv",
+        "robustness_json": root / "reports" / "robustness.json",
+        "robustness_failures": root / "reports" / "robustness_failures.json",
         "report_md": root / "reports" / "README.md",
         "figures": root / "reports" / "figures",
     }
@@ -176,6 +179,12 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
             "".join(h + "\n" for h in hyps), encoding="utf-8"
         )
         metrics[s], signatures[s] = split_scores(hyps, split["de"])
+    en, _ = read_time_machine(TIME_MACHINE)  # the decode stage's outputs of the seed's sentences
+    translation_path(paths["translations"], TIME_MACHINE_NAME).write_text(
+        "".join(sentence(GERMAN, 6, i) + "\n" for i in range(len(en))), encoding="utf-8"
+    )
+    failed = RobustnessResult(41, 44, [("12/05/2023 was a day.", ["lost 12/05/2023"])])
+    write_figures(paths["robustness_json"], paths["robustness_failures"], failed, (31.5, 28.25))
     paths["scores"].mkdir(parents=True, exist_ok=True)
     write_scores(paths["scores"], metrics)
     paths["score_facts"].write_text(json.dumps(signatures))
@@ -251,7 +260,8 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
     assert "not tracked" in page and "`unknown`" in page
     assert "~33.5" in page and "BLEU" in page and "chrF" in page
     assert "BLEU lc-tok" in page and "papers report" in page and "tok:none" in page and "tok:13a" in page
-    assert "## Robustness" in page and re.search(r"\*\*\d+ / 44\*\*", page)
+    assert "## Robustness" in page and "**41 / 44**" in page and "12/05/2023 was a day." in page
+    assert "BLEU **28.25**, against 31.50" in page  # the decode stage's figures, not recomputed
     assert "cpu (x86_64)" in page and "240 s" in page  # facts and summary read from their two files
     for s in EVAL_SPLITS:
         assert f"| {s} | {metrics_cell(paths, s)}" in page

@@ -87,6 +87,9 @@ def test_smoke_dag_runs_end_to_end(smoke):
         lines = (work / f"reports/translations/{split}.hyp.de").read_text().split("\n")
         assert len(lines) - 1 == 40  # one line per source line (max_eval_pairs), trailing newline
     assert (work / "reports/time_machine.md").read_text().count("\n|") >= 21
+    figures = json.loads((work / "reports/robustness.json").read_text())  # computed by decode
+    assert figures["total"] == len((REPO / "tests/robustness.tsv").read_text().splitlines()) - 1
+    assert 0 <= figures["passed"] <= figures["total"] and figures["uppercase_bleu"] >= 0
     assert json.loads((work / "reports/warmup_facts.json").read_text())["threshold"] == 0.0
     assert (work / "models/transformer/model.pt").is_file()
     assert not (work / "mlflow.db").exists()  # MLFLOW_TRACKING_URI wins over the repo default

@@ -14,6 +14,7 @@ from pipeline.core.io import write_json, write_text
 from pipeline.data.multi30k import SPLITS, TRAIN_SPLIT
 
 EVAL_SPLITS = tuple(s for s in SPLITS if s != TRAIN_SPLIT)
+TIME_MACHINE = "time_machine"  # `<translations>/time_machine.hyp.<lang>`: our outputs of the seed's sentences
 TIME_MACHINE_HEADER = ["en", "seed_de"]
 
 

@@ -36,7 +36,6 @@ from pipeline.model.attention_maps import AttentionMap, attention_map  # noqa: E
 from pipeline.ops import robustness  # noqa: E402
 from pipeline.ops.robustness import RobustnessResult  # noqa: E402
 from pipeline.serving.ours import OursEngine  # noqa: E402
-from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines  # noqa: E402
 from pipeline.tracking.runs import git_commit, read_run_id  # noqa: E402, F401 (re-exported)
 
 DPI = 100
@@ -104,8 +103,8 @@ class ReportInputs:
     signatures (the score stage's facts file); `log`: training log rows; `summary`: the train
     stage's summary and facts merged (numbers, device facts, `model`/`optim` config);
     `robustness`: the robustness table's result and the upper-case BLEU pair (normal source,
-    upper-cased source), or None; `time_machine_en` (as translated) / `time_machine_seed`:
-    the seed's sentences and its German; `bucket_*`: one split's English, our German and the
+    upper-cased source), or None; `time_machine_en` (as translated) / `time_machine_ours` /
+    `time_machine_seed`: the seed's sentences, our translations (the decode stage's) and its German; `bucket_*`: one split's English, our German and the
     references; `links`: name -> file shown in the page's file list (only existing ones are linked);
     `tgt_lang`: the target language (the seed comparison and the time machine are German-only).
     """
@@ -114,6 +113,7 @@ class ReportInputs:
     log: list[dict[str, float]]
     summary: dict
     time_machine_en: list[str]
+    time_machine_ours: list[str]
     time_machine_seed: list[str]
     bucket_split: str
     bucket_en: list[str]
@@ -130,28 +130,24 @@ class ReportInputs:
 BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
 
 
-def load_inputs(files: dict[str, Path], engine: OursEngine, params: Params) -> ReportInputs:
+def load_inputs(files: dict[str, Path], params: Params) -> ReportInputs:
     """The report's inputs from the run's files (`stages.report.ARGS` names the keys), the corpus
-    and `params`; runs the robustness table and the upper-cased `BUCKET_SPLIT` through `engine`.
-    The train summary and train facts are merged (either may hold a key), over the params'
-    `model`/`optim` config."""
+    and `params`: what `decode` wrote (translations, the time machine's, the robustness figures),
+    the scores, the training log. The train summary and train facts are merged (either may hold a
+    key), over the params' `model`/`optim` config."""
     tgt, corpus = params.download.tgt_lang, load_corpus(params.download.out_dir)
     test, splits = corpus[BUCKET_SPLIT], [s for s in tr.EVAL_SPLITS if s in corpus]
     hyps = tr.read_lines(tr.translation_path(files["translations"], BUCKET_SPLIT, tgt))
-    table = robustness.read_table(files["robustness"])
     config = {"model": params.train.model.model_dump(), "optim": params.train.optim.model_dump()}
     en, seed_de = tr.read_time_machine(files["time_machine"])
-    cfg = params.decode
     return ReportInputs(
         metrics=tr.read_scores(files["scores"]),
         signatures=read_json_optional(files["score_facts"]),
         log=read_log(files["train_log"]),
         summary={**config, **read_json(files["train_summary"]), **read_json_optional(files["train_facts"])},
-        robustness=(
-            robustness.pass_rate(engine, table, cfg, params.train.max_len),
-            robustness.uppercase_bleu(engine, test["en"], test[tgt], hyps, cfg, params.train.max_len),
-        ),
+        robustness=robustness.read_figures(files["robustness_json"], files["robustness_failures"]),
         time_machine_en=en,
+        time_machine_ours=tr.read_lines(tr.translation_path(files["translations"], tr.TIME_MACHINE, tgt)),
         time_machine_seed=seed_de,
         bucket_split=BUCKET_SPLIT,
         bucket_en=test["en"],
@@ -505,9 +501,9 @@ def build_report(
     decode: DecodeConfig,
     report_md: Path,
     fig_dir: Path,
-    max_pieces: int = MAX_SRC_PIECES,
 ) -> list[Path]:
-    """Translate the time-machine sentences, draw every figure into `fig_dir`, write `report_md`.
+    """Draw every figure into `fig_dir` (the attention maps with `engine`'s model, on the decode
+    stage's time-machine translations), write `report_md`.
 
     Returns the files written: the figures, then `report_md`.
     """
@@ -516,7 +512,7 @@ def build_report(
     buckets = bleu_by_length(inputs.bucket_en, inputs.bucket_hyps, inputs.bucket_refs)
     bucket_chart = plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
     model, tok = engine.model, engine.tokenizer
-    ours = translate_lines(engine, inputs.time_machine_en, decode, max_pieces=max_pieces)
+    ours = inputs.time_machine_ours
     german = target(inputs.tgt_lang).time_machine  # the seed's outputs are German
     tm_rows = time_machine_rows(inputs.time_machine_en, ours, inputs.time_machine_seed) if german else []
     attention = []

@@ -5,17 +5,21 @@ have), `verbatim` (spans that must appear verbatim in the output, separated by `
 none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
 check). Every output must also have no whitespace token repeated more than `MAX_RUN` times in a
 row. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
-casing figure of the results page: the upper-cased source against upper-cased references.
+casing figure of the results page: the upper-cased source against upper-cased references. The
+`decode` stage computes both where the model runs (`write_figures`: numbers as a DVC metrics file,
+the failed inputs beside it); the report reads them (`read_figures`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import DataError
+from pipeline.core.io import write_json
 from pipeline.core.metrics import score
 from pipeline.serving.engine import Engine
 from pipeline.serving.textproc import MAX_RUN
@@ -110,3 +114,33 @@ def uppercase_bleu(
     upper_hyps = translate_lines(engine, [s.upper() for s in en], cfg, max_pieces=max_pieces)
     normal = score([h.upper() for h in hyps], upper_refs)["bleu"]
     return float(normal), float(score(upper_hyps, upper_refs)["bleu"])
+
+
+def write_figures(
+    metrics_json: Path, failures_json: Path, result: RobustnessResult, upper: tuple[float, float]
+) -> None:
+    """The robustness figures: numbers in `metrics_json` (a DVC metrics file), the failed inputs
+    and what broke in `failures_json`."""
+    normal, upper_bleu = upper
+    write_json(metrics_json, {"passed": result.passed, "total": result.total,
+                              "uppercase_bleu": upper_bleu, "uppercase_bleu_normal_source": normal})  # fmt: skip
+    write_json(failures_json, [{"input": text, "broke": why} for text, why in result.failed])
+
+
+def read_figures(metrics_json: Path, failures_json: Path) -> tuple[RobustnessResult, tuple[float, float]]:
+    """What `write_figures` wrote: (the table's result, (normal-source BLEU, upper-cased-source BLEU)).
+
+    Raises:
+        DataError: a file is missing or not what `write_figures` writes (names the file).
+    """
+    try:
+        numbers = json.loads(Path(metrics_json).read_text(encoding="utf-8"))
+        failed = json.loads(Path(failures_json).read_text(encoding="utf-8"))
+        result = RobustnessResult(
+            numbers["passed"], numbers["total"], [(f["input"], f["broke"]) for f in failed]
+        )
+        return result, (numbers["uppercase_bleu_normal_source"], numbers["uppercase_bleu"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(
+            f"{metrics_json} / {failures_json}: not the decode stage's robustness figures ({exc})"
+        ) from None
