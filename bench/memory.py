@@ -48,7 +48,7 @@ from bench.common import (
     sig,
     table,
 )
-from bench.train_speed import adam, make_batch, train_step
+from bench.train_speed import Runner, adam, make_batch, step_of
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
 from pipeline.core.device import setup
 from pipeline.data.batching import Pair, make_batches
@@ -89,9 +89,9 @@ def train_child(
     torch.set_flush_denormal(True)
     torch.manual_seed(optim.seed)
     model = Transformer(cfg, vocab, ids[0]).to(device).train()
-    opt = adam(model, optim)
+    runner = Runner("ours", model, bf16, adam(model, optim))
     for pairs in batches:
-        train_step(model, opt, bf16, make_batch(pairs, ids, torch.device(device)), optim)
+        step_of(runner, make_batch(pairs, ids, torch.device(device)), optim)()  # the trainer's step
     return peak_rss_mb()
 
 

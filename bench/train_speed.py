@@ -49,9 +49,10 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -75,7 +76,8 @@ from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, setup, use_bf16
 from pipeline.data.batching import Pair, collate, make_batches
 from pipeline.model.transformer import Transformer
-from pipeline.training.loop import encode_pairs, label_smoothed_loss
+from pipeline.training import loop
+from pipeline.training.loop import RunContext, encode_pairs, label_smoothed_loss
 
 
 class Batch(NamedTuple):
@@ -108,23 +110,30 @@ def adam(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=optim.peak_lr, betas=(0.9, 0.98), eps=1e-9)
 
 
-def train_step(
+def baseline_step(
     model: nn.Module, opt: torch.optim.Optimizer, bf16: bool, batch: Batch, optim: OptimConfig
 ) -> None:
-    """One trainer step: autocast forward, label-smoothed loss, backward, clip, Adam. Our model
-    computes logits at non-pad target positions only (`forward(..., keep=)`) unless it is the
-    `AllPositions` lever baseline; the baselines compute them everywhere."""
+    """The trainer's step for a baseline that computes logits at every target position
+    (`nn.Transformer`, the naive style, `AllPositions`): autocast forward, label-smoothed loss per
+    target token, backward, clip, Adam."""
     opt.zero_grad(set_to_none=True)
-    keep = batch.tgt_out != model.pad_id
     with autocast(batch.src.device, bf16):
-        if type(getattr(model, "_orig_mod", model)) is Transformer:  # compiled or not
-            logits, target = model(batch.src, batch.tgt_in, keep=keep), batch.tgt_out[keep]
-        else:
-            logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
+        logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
     loss = label_smoothed_loss(logits, target, model.pad_id, optim.label_smoothing)
     (loss / batch.tokens).backward()
     nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
     opt.step()
+
+
+def step_of(runner: Runner, batch: Batch, optim: OptimConfig) -> Callable[[], object]:
+    """One optimizer step of `runner` on `batch`: our model (compiled or not) takes the trainer's
+    own `pipeline.training.loop.train_step` (logits at non-pad positions only); baselines take
+    `baseline_step`."""
+    if type(getattr(runner.model, "_orig_mod", runner.model)) is Transformer:
+        run = RunContext(Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16)
+        micro_batches = [[batch.src, batch.tgt_in, batch.tgt_out]]
+        return partial(loop.train_step, runner.model, runner.opt, micro_batches, optim.peak_lr, optim, run)
+    return partial(baseline_step, runner.model, runner.opt, runner.bf16, batch, optim)
 
 
 class AllPositions(Transformer):
@@ -194,8 +203,7 @@ def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimC
     for i, batch in enumerate(batches):
         k = i % len(runners)
         for r in runners[k:] + runners[:k]:
-            step = partial(train_step, r.model, r.opt, r.bf16, batch, optim)
-            seconds = timed(step, batch.src.device)
+            seconds = timed(step_of(r, batch, optim), batch.src.device)
             if i >= warmup:
                 r.seconds.append(seconds)
             elif i == 0:

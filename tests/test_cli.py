@@ -11,13 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
+from pipeline.core.config import DecodeConfig, ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.data.batching import pad
 from pipeline.data.placeholders import protect_pair
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer
 from pipeline.model.transformer import Transformer
-from pipeline.ops.cli import DEFAULT_CHECKPOINT, DEFAULT_PARAMS
+from pipeline.ops.cli import DEFAULT_PARAMS, checkpoint_path, parser, spm_path
 from pipeline.ops.cli import main as translate_main
 from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
 from pipeline.serving.ours import OursEngine
@@ -130,7 +130,9 @@ def test_n_best_prints_k_scored_lines(files, capsys) -> None:
 
 def test_defaults_resolve_from_the_repository(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert DEFAULT_CHECKPOINT.is_absolute() and DEFAULT_CHECKPOINT.is_relative_to(repo_root())
+    args, params = parser().parse_args([]), Params()
+    assert checkpoint_path(args, params) == repo_root() / params.train.out_dir / "model.pt"
+    assert spm_path(args, params) == repo_root() / params.tokenizer.out_dir / "spm.model"
     assert DEFAULT_PARAMS == repo_root() / "params.yaml"
     assert os.getcwd() == str(tmp_path)
 

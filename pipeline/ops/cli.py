@@ -33,9 +33,9 @@ from pipeline.serving.translator import (
     translate_lines_n_best,
 )
 from pipeline.tracking.runs import repo_root
+from pipeline.training.checkpoint import FINAL_MODEL
 
 REPO = repo_root()
-DEFAULT_CHECKPOINT = REPO / "models/transformer/model.pt"
 DEFAULT_PARAMS = REPO / "params.yaml"
 DEFAULT_CT2 = REPO / "models/ct2"
 BATCH_LINES = 256  # lines per batch when stdin is not a terminal
@@ -47,7 +47,9 @@ def parser() -> argparse.ArgumentParser:
         description="Translate English into the trained target language (params.yaml download.tgt_lang).",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
-    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="model checkpoint (.pt)")
+    p.add_argument(
+        "--checkpoint", type=Path, default=None, help="model checkpoint (default: from params.yaml)"
+    )
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
     p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
@@ -123,6 +125,11 @@ def spm_path(args: argparse.Namespace, params: Params) -> Path:
     return args.spm or model_file(args.params.resolve().parent / params.tokenizer.out_dir)
 
 
+def checkpoint_path(args: argparse.Namespace, params: Params) -> Path:
+    """--checkpoint, else the final model in params' train.out_dir (relative to the params file's folder)."""
+    return args.checkpoint or args.params.resolve().parent / params.train.out_dir / FINAL_MODEL
+
+
 def run_device(args: argparse.Namespace) -> torch.device:
     """--device resolved once for the run.
 
@@ -146,10 +153,11 @@ def outputs(
     )
 
 
-def load(args: argparse.Namespace, spm: Path, device: torch.device) -> Engine:
+def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engine:
     """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --attention), on `device`."""
+    spm = spm_path(args, params)
     if args.engine == "ours":
-        return load_translator(args.checkpoint, spm, device)
+        return load_translator(checkpoint_path(args, params), spm, device)
     if args.attention is not None:
         raise ConfigError(
             "--engine ctranslate2: --attention needs --engine ours (it draws our model's attention)"
@@ -166,7 +174,7 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
     if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
         raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
-    engine = load(args, spm_path(args, params), run_device(args))
+    engine = load(args, params, run_device(args))
     first: tuple[str, str] | None = None
     for batch in input_batches(args.sentences):
         translated = outputs(engine, batch, cfg, args.n_best, params.train.max_len)

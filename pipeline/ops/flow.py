@@ -81,12 +81,23 @@ def repo_params(repo: str):
     return load_params(Path(repo) / "params.yaml")
 
 
+def incoming_config(repo: str):
+    """Only the `incoming` section of the repository's `params.yaml`, validated: a bad value
+    elsewhere is for the stage that reads it to report, in its own words."""
+    import yaml
+
+    from pipeline.core.config import IncomingConfig
+
+    raw = yaml.safe_load((Path(repo) / "params.yaml").read_text(encoding="utf-8")) or {}
+    return IncomingConfig.model_validate(raw.get("incoming") or {})
+
+
 @task
 def look_for_incoming(repo: str) -> list[str]:
     """The incoming files (`incoming.in_dir`/*.tsv) present now; DVC decides whether they are new."""
     from pipeline.data.incoming import incoming_files
 
-    names = [p.name for p in incoming_files(Path(repo) / repo_params(repo).incoming.in_dir)]
+    names = [p.name for p in incoming_files(Path(repo) / incoming_config(repo).in_dir)]
     get_run_logger().info("incoming data: %s", ", ".join(names) if names else "no files")
     return names
 
@@ -111,7 +122,7 @@ def describe_case(stages: dict[str, str], counts: dict | None) -> str:
 
 
 def read_counts(repo: str) -> dict | None:
-    path = Path(repo) / repo_params(repo).incoming.metrics_json
+    path = Path(repo) / incoming_config(repo).metrics_json
     return json.loads(path.read_text()) if path.is_file() else None
 
 

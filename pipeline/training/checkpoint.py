@@ -32,6 +32,7 @@ from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 
+FINAL_MODEL = "model.pt"  # in the checkpoint folder: the final weights the stages after `train` read
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
 
 

@@ -330,8 +330,8 @@ def finish(model: Transformer, progress: Progress, validate: Validation, cfg: Tr
     """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
     as `out_dir/model.pt` and track it. Returns (metrics, facts) for the stage to write."""
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
-    checkpoint.save(run.out_dir / "model.pt", state)
-    run.tracker.log_artifact(run.out_dir / "model.pt", "model")
+    checkpoint.save(run.out_dir / checkpoint.FINAL_MODEL, state)
+    run.tracker.log_artifact(run.out_dir / checkpoint.FINAL_MODEL, "model")
     metrics = summary(progress) | {
         "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
         "parameters": sum(p.numel() for p in model.parameters()),
