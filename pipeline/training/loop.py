@@ -1,14 +1,14 @@
 """The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`.
 
 Label-smoothed cross-entropy, Adam with a warm-up schedule (inverse square root as in Vaswani et
-al. 2017, §5.3-5.4, or a linear / cosine decay to zero at `max_steps`: `pipeline.training.schedule`),
-gradient clipping and accumulation, bf16 autocast where it pays, and optionally an exponential
-moving average of the weights (`ema_decay`, `pipeline.training.ema`). Every
-`val_every` steps rank 0 validates and writes `best.pt` (when val improved), `step<N>.pt` (the
-last `average_last` kept for the final average; both weights only) and `last.pt` (weights,
-optimizer, RNG, data position, the weight average: what continues the run exactly). Training stops at the first of
-`max_steps`, `max_minutes` (wall clock, validation included) and `patience` validations without
-a better score.
+al. 2017, §5.3-5.4, or a linear / cosine decay to zero at `max_steps`:
+`pipeline.training.schedule`), gradient clipping and accumulation, bf16 autocast where it pays,
+and optionally an exponential moving average of the weights (`ema_decay`,
+`pipeline.training.ema`). Every `val_every` steps rank 0 validates and writes `best.pt` (when val
+improved), `step<N>.pt` (the last `average_last` kept for the final average; both weights only)
+and `last.pt` (weights, optimizer, RNG, data position, the weight average: what continues the run
+exactly). Training stops at the first of `max_steps`, `max_minutes` (wall clock, validation
+included) and `patience` validations without a better score.
 
 A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
 schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
