@@ -30,6 +30,22 @@ def cpu_has_bf16() -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+MATRIX_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # named in `cpu_name`, strongest first
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name and its strongest matrix-relevant flag, e.g. "AMD EPYC (avx2)",
+    so a speed or a budget can say which CPU it came from; "unknown" where cpuinfo is unreadable."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown"
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
+    flags = set(" ".join(line for line in text.splitlines() if line.startswith("flags")).split())
+    best = next((f for f in MATRIX_FLAGS if f in flags), "no avx2")
+    return f"{names[0] if names else 'unknown'} ({best})"
+
+
 def use_bf16(device: torch.device, precision: str = "auto") -> bool:
     """Resolve the `precision` param ('auto' | 'fp32' | 'bf16') for `device`."""
     if precision != "auto":

@@ -43,7 +43,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TrainConfig
-from pipeline.core.device import autocast
+from pipeline.core.device import autocast, cpu_name
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_path
 from pipeline.core.metrics import score as sacrebleu
@@ -368,7 +368,8 @@ def run_facts(cfg: TrainConfig, run: RunContext, final: dict, stop: str) -> dict
     return {
         "stopped_by": stop,
         "device": str(run.device),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
+        "machine": platform.machine(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "bf16": run.bf16,
