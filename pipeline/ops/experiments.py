@@ -42,12 +42,10 @@ TRANSLATIONS_DIR = Path("reports/translations")  # `decode`'s output folder (dvc
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
 RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
-BOOKKEEPING = {
-    "train.optim.max_minutes",
-    "train.optim.device",
-    "train.optim.precision",
-    "train.optim.threads",
-}
+BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
+    "train.optim.max_minutes", "train.optim.device", "train.optim.precision", "train.optim.threads",
+    "tokenizer.out_dir", "decode.batch_size",
+}  # fmt: skip
 
 
 def exp_show(args: list[str]) -> list[dict]:
