@@ -44,7 +44,7 @@ ATTENTION_FIGSIZE = (12.0, 10.0)  # 1200 x 1000 px whatever the sentence or head
 LOG_COLUMNS = ("step", "train_loss", "val_loss", "val_bleu", "lr")
 LENGTH_BUCKETS = (("≤10", 0, 10), ("11–15", 11, 15), ("16–20", 16, 20), (">20", 21, math.inf))
 ATTENTION_SENTENCES = (0, 7, 11)  # time-machine sentences drawn as heatmaps (0-based)
-SEED_CLAIM = {  # /work/shared/seeds/000_*.txt, chapter 50 "Full Transformer from Scratch"
+SEED_CLAIM = {  # the seed document 000_*.txt, chapter 50 "Full Transformer from Scratch"
     "split": "val",
     "bleu": 33.5,
     "config": "d_model 256, 4 heads, 3 layers, d_ff 512",

@@ -109,7 +109,7 @@ def uppercase_bleu(
     max_pieces: int = MAX_SRC_PIECES,
 ) -> tuple[float, float]:
     """Cased BLEU against upper-cased references of (the normal source's translations `hyps`
-    upper-cased, the translations of the upper-cased source). Issue 18 asks them within 2 BLEU."""
+    upper-cased, the translations of the upper-cased source)."""
     upper_refs = [r.upper() for r in refs]
     upper_hyps = translate_lines(engine, [s.upper() for s in en], cfg, max_pieces=max_pieces)
     normal = score([h.upper() for h in hyps], upper_refs)["bleu"]
