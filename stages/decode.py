@@ -45,16 +45,17 @@ def main(paths: dict[str, Path]) -> None:
     engine = load_translator(paths["model"], spm_model, pick_device("auto"))
     corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
     splits = [split for split in tr.EVAL_SPLITS if split in corpus]
+    hyps = {}
     for split in splits:
-        hyps = translate_lines(
+        hyps[split] = translate_lines(
             engine, corpus[split]["en"], cfg, progress=sys.stderr.isatty(), max_pieces=max_len
         )
-        tr.write_lines(tr.translation_path(out_dir, split, tgt), hyps)
-        print(f"decode: {split}: {len(hyps)} sentences -> {tr.translation_path(out_dir, split, tgt)}")
+        tr.write_lines(tr.translation_path(out_dir, split, tgt), hyps[split])
+        print(f"decode: {split}: {len(hyps[split])} sentences -> {tr.translation_path(out_dir, split, tgt)}")
     for message in skipped_splits(tgt):
         print(f"decode: {message}")
     write_text(paths["time_machine_md"], time_machine(engine, paths["time_machine_tsv"], out_dir, params))
-    robustness_figures(engine, corpus, paths, params)
+    robustness_figures(engine, corpus[ROBUSTNESS_SPLIT], hyps[ROBUSTNESS_SPLIT], paths, params)
     tracker = run_of(paths["run_id_file"], params.mlflow.enabled)
     if tracker.run_id:
         from pipeline.serving.pyfunc import log_translator  # imports mlflow: only when tracking
@@ -80,12 +81,13 @@ def time_machine(engine: Engine, time_machine_tsv: Path, out_dir: Path, params: 
     return tr.time_machine_markdown(en, ours, seed_de, params.decode)
 
 
-def robustness_figures(engine: Engine, corpus, paths: dict[str, Path], params: Params) -> None:
-    """The robustness table's pass count and the upper-cased source's BLEU, written for the report."""
+def robustness_figures(
+    engine: Engine, split, hyps: list[str], paths: dict[str, Path], params: Params
+) -> None:
+    """The robustness table's pass count and the BLEU of `split`'s upper-cased source (against its
+    normal source's translations `hyps`), written for the report."""
     cfg, max_len, tgt = params.decode, params.train.max_len, params.download.tgt_lang
     table = robustness.pass_rate(engine, robustness.read_table(paths["robustness_tsv"]), cfg, max_len)
-    split = corpus[ROBUSTNESS_SPLIT]
-    hyps = tr.read_lines(tr.translation_path(paths["translations"], ROBUSTNESS_SPLIT, tgt))
     upper = robustness.uppercase_bleu(engine, split["en"], split[tgt], hyps, cfg, max_len)
     robustness.write_figures(paths["robustness_json"], paths["robustness_failures"], table, upper)
     print(f"decode: robustness {table.passed}/{table.total}; upper-cased source BLEU {upper[1]:.2f}")

@@ -42,6 +42,12 @@ class Hypothesis(NamedTuple):
     score: float
 
 
+def check_n_best(n_best: int, beam_size: int) -> None:
+    """Raises ValueError unless 1 <= `n_best` <= `beam_size` (a beam holds at most K finished)."""
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be between 1 and the beam size {beam_size}, got {n_best}")
+
+
 def gnmt_length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     """GNMT lp(Y) = ((5 + |Y|) / 6) ** alpha, |Y| = generated tokens including eos."""
     return ((5 + length) / 6) ** alpha
@@ -205,8 +211,7 @@ def beam_search_n_best(
     k, alpha = cfg.beam_size, cfg.length_penalty
     if alpha < 0:
         raise ValueError(f"length_penalty must be >= 0, got {alpha}")
-    if not 1 <= n_best <= k:
-        raise ValueError(f"n_best must be between 1 and the beam size {k}, got {n_best}")
+    check_n_best(n_best, k)
     beam = init_beam(max_lengths(src, model.pad_id, cfg.max_len_a, cfg.max_len_b), k)
     cache = model.init_cache(model.encode(src), src)
     cache.select(torch.arange(src.size(0), device=src.device).repeat_interleave(k))

@@ -166,13 +166,15 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
     return {"baseline": baseline, "p_vs_baseline": round(cmp.p_value, 4)}
 
 
+DEFAULT_RECIPE = recipe(flatten(Params().model_dump()))  # knobs a record line predates count at these
+
+
 def changed(row: dict, baseline: dict | None) -> str:
     """The recipe params of `row` that differ from its baseline's ("" for the baseline itself). A
     knob one of them predates counts at today's default (new knobs default to the old behaviour)."""
     if baseline is None or baseline is row:
         return ""
-    defaults = recipe(flatten(Params().model_dump()))
-    mine, theirs = defaults | row["params"], defaults | baseline["params"]
+    mine, theirs = DEFAULT_RECIPE | row["params"], DEFAULT_RECIPE | baseline["params"]
     keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     return ", ".join(f"{k.removeprefix('train.')}={mine.get(k)}" for k in keys)
 

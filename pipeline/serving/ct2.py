@@ -42,7 +42,7 @@ from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
-from pipeline.model.beam import gnmt_length_penalty
+from pipeline.model.beam import check_n_best, gnmt_length_penalty
 from pipeline.model.greedy import max_lengths
 from pipeline.model.transformer import MultiHeadAttention, Transformer, sinusoid_positions
 
@@ -239,8 +239,7 @@ class Ct2Engine:
         return ct2_translate(self.translator, self.tokenizer, texts, cfg)
 
     def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
-        if not 1 <= n <= cfg.beam_size:
-            raise ValueError(f"n_best must be between 1 and the beam size {cfg.beam_size}, got {n}")
+        check_n_best(n, cfg.beam_size)
         ranked = ct2_hypotheses(self.translator, self.tokenizer, texts, cfg)
         return [[(self.tokenizer.decode(ids), score) for ids, score in hyps[:n]] for hyps in ranked]
 

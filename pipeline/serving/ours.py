@@ -13,7 +13,7 @@ from tqdm import tqdm
 from pipeline.core.config import DecodeConfig
 from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
-from pipeline.model.beam import Hypothesis, beam_search_n_best, decode_batch
+from pipeline.model.beam import Hypothesis, beam_search_n_best, check_n_best, decode_batch
 from pipeline.model.transformer import Transformer
 
 
@@ -83,8 +83,7 @@ def translate_n_best(
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.
     """
-    if not 1 <= n_best <= cfg.beam_size:
-        raise ValueError(f"n_best must be between 1 and the beam size {cfg.beam_size}, got {n_best}")
+    check_n_best(n_best, cfg.beam_size)  # before any encoding
     model.eval().to(device)
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
 
