@@ -8,15 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
+import tiny
 
-from pipeline.core.config import DecodeConfig, ModelConfig, Params, TokenizerConfig
+from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.errors import CheckpointError, ConfigError
-from pipeline.data.batching import pad
-from pipeline.data.placeholders import protect_pair
-from pipeline.data.tokenizer import Tokenizer, train_tokenizer
-from pipeline.model.transformer import Transformer
 from pipeline.ops.cli import DEFAULT_PARAMS, checkpoint_path, parser, spm_path
 from pipeline.ops.cli import main as translate_main
 from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
@@ -25,48 +20,12 @@ from pipeline.serving.translator import load_translator, translate_lines, transl
 from pipeline.tracking.runs import repo_root
 from pipeline.training import checkpoint
 
-TABLE = Path(__file__).parent / "robustness.tsv"
-TINY = ModelConfig(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0)
 CFG = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)
-EN = "a man | two children | a woman | a dog | three people | the crowd".split(" | ")
-DE = "ein Mann | zwei Kinder | eine Frau | ein Hund | drei Leute | die Menge".split(" | ")
-VERB = [("walks in the park", "geht im Park"), ("plays near 5 trees", "spielt bei 5 Bäumen")]
-
-
-def pairs() -> list[tuple[str, str]]:
-    out = [
-        (f"{e.capitalize()} {ve}.", f"{d.capitalize()} {vd}.")
-        for e, d in zip(EN, DE, strict=True)
-        for ve, vd in VERB
-    ]
-    return [protect_pair(e, d) for e, d in out * 5]
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A SentencePiece model (with the table's inputs, so most characters are known) and a tiny
-    Transformer trained 80 steps on the toy pairs, saved as a checkpoint."""
-    out = tmp_path_factory.mktemp("tiny")
-    rows = [c.text for c in read_table(TABLE)]
-    text = [s for pair in pairs() for s in pair] + rows[:20]
-    tok = Tokenizer.load(train_tokenizer(text, out, TokenizerConfig(vocab_size=200, out_dir="unused")))
-    torch.manual_seed(0)
-    model = Transformer(TINY, tok.vocab_size, tok.pad_id)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    data = pairs()
-    for step in range(80):
-        batch = data[(step * 8) % len(data) :][:8]
-        src = pad([tok.encode(e) + [tok.eos_id] for e, _ in batch], tok.pad_id)
-        tgt = pad([[tok.bos_id, *tok.encode(d), tok.eos_id] for _, d in batch], tok.pad_id)
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=tok.pad_id)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    ids = {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
-    state = {"model": model.state_dict(), "model_cfg": TINY.model_dump(), "vocab_size": tok.vocab_size, **ids}
-    checkpoint.save(out / "model.pt", state)
-    return {"ckpt": out / "model.pt", "spm": out / "spm.model", "dir": out}
+    return tiny.build(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +34,7 @@ def loaded(files: dict[str, Path]) -> OursEngine:
 
 
 def test_robustness_table_passes(loaded: OursEngine) -> None:
-    result = pass_rate(loaded, read_table(TABLE), CFG, max_pieces=24)
+    result = pass_rate(loaded, read_table(tiny.TABLE), CFG, max_pieces=24)
     assert result.total >= 40
     assert result.passed == result.total, result.failed
 
@@ -120,12 +79,24 @@ def test_file_input_is_batched_and_equals_line_by_line(files, loaded, capsys, mo
     assert out[:4] == [translate_lines(loaded, [line], cfg)[0] for line in lines[:4]]
 
 
-def test_n_best_prints_k_scored_lines(files, capsys) -> None:
-    cli(files, "--n-best", "2", "A man walks in the park.", "")
-    out = capsys.readouterr().out.split("\n")[:-1]
-    assert len(out) == 3 and out[2] == ""
-    scores = [float(line.split("\t")[1]) for line in out[:2]]
-    assert scores[0] >= scores[1] and all(s <= 0 for s in scores)
+def test_n_best_prints_k_numbered_ranked_lines_per_input(files, capsys) -> None:
+    cli(files, "--n-best", "2", "A man walks in the park.", "", "🙂", "Two children play. A dog walks.")
+    rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    assert [(r[0], r[1]) for r in rows] == [(str(n), str(k)) for n in range(1, 5) for k in (1, 2)]
+    scores = [float(r[2]) for r in rows]
+    assert scores[0] >= scores[1] and scores[6] >= scores[7] and all(s <= 0 for s in scores)
+    assert rows[2][3] == rows[3][3] == "" and rows[4][3] == rows[5][3] == "🙂"
+    assert scores[2:6] == [0.0] * 4 and all(r[3] for r in rows[:2] + rows[6:])
+
+
+def test_decoding_flags_reach_the_search_and_are_validated(files, capsys) -> None:
+    cli(files, "--max-len-a", "0", "--max-len-b", "1", "--batch-size", "1", "A man walks in the park.")
+    assert len(capsys.readouterr().out.split()) <= 1  # at most one piece of output
+    with pytest.raises(ConfigError, match="--batch-size: Input should be greater than 0"):
+        cli(files, "--batch-size", "0", "x")
+    with pytest.raises(SystemExit) as exit_info:
+        translate_main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("mt-translate ")
 
 
 def test_defaults_resolve_from_the_repository(tmp_path, monkeypatch) -> None:
@@ -158,7 +129,7 @@ def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_p
     assert out == translate_lines(loaded, lines, greedy_cfg)
     translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
                     "float32", "--n-best", "1", lines[0]])  # fmt: skip
-    text, score = capsys.readouterr().out.rstrip("\n").split("\t")
+    _, _, score, text = capsys.readouterr().out.rstrip("\n").split("\t")
     ours_text, ours_score = translate_lines_n_best(loaded, [lines[0]], greedy_cfg, 1)[0][0]
     assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
     with pytest.raises(ConfigError, match="--attention needs --engine ours"):

@@ -136,3 +136,123 @@ def test_flow_fails_on_a_bad_incoming_file(tiny_repo: Path, harness, monkeypatch
     assert state.is_failed()
     with pytest.raises(RuntimeError, match=r"(?s)stage incoming failed .*zz_bad\.tsv: line 1: expected 2"):
         state.result()
+
+
+# ---------------------------------------------------------------- streamed output, DVC's status
+
+CHILD = """
+import pathlib, sys, time
+gate = pathlib.Path(sys.argv[1])
+print("waiting", flush=True)
+for _ in range(300):  # cannot end before the parent has seen the first line and opened the gate
+    if gate.exists():
+        break
+    time.sleep(0.1)
+else:
+    print("timed out: the first line was not delivered while this process ran", flush=True)
+print("a frame\\rthe next frame")
+sys.exit(3)
+"""
+
+
+def test_stream_lines_delivers_each_line_while_the_process_runs(tmp_path: Path) -> None:
+    from pipeline.ops.flow import stream_lines
+
+    gate, seen = tmp_path / "gate", []
+
+    def log(line: str) -> None:
+        seen.append((line, gate.exists()))
+        gate.touch()  # lets the child go on: it was still running when its first line came
+
+    code, last = stream_lines([sys.executable, "-c", CHILD, str(gate)], str(tmp_path), log, keep=2)
+    assert seen == [("waiting", False), ("a frame", True), ("the next frame", True)]
+    assert code == 3 and last == "a frame\nthe next frame"
+
+
+@pytest.fixture
+def scratch_dvc(tmp_path: Path, monkeypatch) -> Path:
+    """A git + DVC project with one trivial stage `copy` (in.txt -> out.txt), never run."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "in.txt").write_text("a\n")
+    copy = "python -c \"import shutil; shutil.copy('in.txt', 'out.txt')\""
+    stage = {"cmd": copy, "deps": ["in.txt"], "outs": ["out.txt"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"copy": stage}}))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_is_stale_reads_dvc_status_json(scratch_dvc: Path) -> None:
+    from pipeline.ops.flow import is_stale
+
+    assert is_stale("copy", str(scratch_dvc))  # never run
+    subprocess.run([sys.executable, "-m", "dvc", "repro", "-q", "copy"], cwd=scratch_dvc, check=True)
+    assert not is_stale("copy", str(scratch_dvc))
+    (scratch_dvc / "in.txt").write_text("b\n")
+    assert is_stale("copy", str(scratch_dvc))
+    with pytest.raises(RuntimeError, match=r"(?s)stage nosuch: dvc status failed .*nosuch"):
+        is_stale("nosuch", str(scratch_dvc))
+
+
+@pytest.mark.slow
+def test_run_stage_ran_then_skipped_then_forced(scratch_dvc: Path, harness) -> None:
+    from pipeline.ops.flow import run_stage
+
+    assert run_stage("copy", str(scratch_dvc)) == "ran"
+    assert (scratch_dvc / "out.txt").read_text() == "a\n"
+    assert run_stage("copy", str(scratch_dvc)) == "skipped"
+    assert run_stage("copy", str(scratch_dvc), force=True) == "ran"
+
+
+def task_run_logs(task_run_id) -> list:
+    """The log records of one task run in the Prefect API, oldest first (after a flush)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterTaskRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        logs = LogFilter(task_run_id=LogFilterTaskRunId(any_=[task_run_id]))
+        return client.read_logs(logs, sort=LogSort.TIMESTAMP_ASC)
+
+
+@pytest.fixture(scope="module")
+def smoke_before_train(tmp_path_factory) -> tuple[Path, dict]:
+    """(work dir, env): a scratch copy of the repository with tests/smoke_params.yaml (MLflow off),
+    every stage before `train` reproduced."""
+    from test_smoke_dag import MIRROR, repo_copy, write_params
+
+    if not MIRROR.is_dir():
+        pytest.skip(f"Multi30k mirror {MIRROR} absent")
+    root = tmp_path_factory.mktemp("smoke_flow")
+    work = repo_copy(root / "repo")
+    write_params(work, mlflow={"enabled": False})
+    env = {
+        **os.environ,
+        "MULTI30K_MIRROR": str(MIRROR),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    cmd = [sys.executable, "-m", "dvc", "repro", "incoming", "tokenizer", "warmup_train"]
+    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return work, env
+
+
+@pytest.mark.slow
+def test_train_progress_streams_into_the_task_log(smoke_before_train, harness, monkeypatch) -> None:
+    from pipeline.ops.flow import run_stage
+
+    work, env = smoke_before_train
+    for name in ("PATH", "MULTI30K_MIRROR", "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(name, env[name])
+    state = run_stage("train", str(work), return_state=True)
+    assert state.result() == "ran"
+    logs = task_run_logs(state.state_details.task_run_id)
+    progress = [log for log in logs if log.message.startswith("train: step 50/60")]
+    assert len(progress) == 1, [log.message for log in logs]
+    ended = (work / "reports/train_summary.json").stat().st_mtime  # written as the stage ends
+    assert progress[0].timestamp.timestamp() < ended  # logged while training went on
+    assert logs[-1].message == "stage train: ran"

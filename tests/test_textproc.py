@@ -88,3 +88,19 @@ def test_robustness_table_is_well_formed() -> None:
     assert len(cases) >= 40
     assert all(len(tp.split_sentences(c.text)) == c.sentences for c in cases)
     assert sum(c.upper for c in cases) >= 5 and sum(bool(c.verbatim) for c in cases) >= 15
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["1" * 10_000, ("A man walks 12 dogs in the park at 5:30. " * 5000)[:200_000], "a." * 100_000],
+    ids=["10k-digits", "200kB-sentences", "200kB-dots"],
+)
+def test_long_lines_are_prepared_in_seconds(tok: Tokenizer, line: str) -> None:
+    import time
+
+    from pipeline.serving.translator import prepare
+
+    start = time.perf_counter()
+    sentences = prepare([line], tok, max_pieces=64)
+    assert time.perf_counter() - start < 10
+    assert "".join(s.text for s in sentences).replace(" ", "") == line.replace(" ", "")

@@ -1,22 +1,33 @@
-"""MLflow plumbing: where records go, params flattening, and the champion promotion rule."""
+"""MLflow plumbing: where records go, params flattening, run names, git tags, the training set as
+a dataset input, which checkpoints are uploaded, and the champion promotion rule."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bench.gpu_check import resolve  # dvc.yaml `${a.b}` templating, shared with the GPU check
-from pipeline.tracking import runs as tracking
-from pipeline.training.progress import ConsoleProgress
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_train import PAD, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs  # noqa: E402
+
+from bench.gpu_check import resolve  # noqa: E402  (dvc.yaml `${a.b}` templating, shared with the GPU check)
+from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params  # noqa: E402
+from pipeline.model.transformer import Transformer  # noqa: E402
+from pipeline.tracking import runs as tracking  # noqa: E402
+from pipeline.training.loop import RunContext, train  # noqa: E402
+from pipeline.training.progress import ConsoleProgress  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+COMMIT = "mlflow.source.git.commit"  # mlflow.utils.mlflow_tags.MLFLOW_GIT_COMMIT
+BRANCH = "mlflow.source.git.branch"  # MLFLOW_GIT_BRANCH
 
 
 def test_default_uri_is_the_absolute_repo_database_from_any_directory(monkeypatch, tmp_path):
@@ -55,6 +66,149 @@ def test_run_id_file_round_trip(tmp_path):
     assert tracking.read_run_id(path) is None
     tracking.write_run_id(path, "0123abcd")
     assert tracking.read_run_id(path) == "0123abcd"
+
+
+# ---------------------------------------------------------------- run names, git tags
+
+
+def test_mlflow_tag_names_are_mlflows_own():
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT
+
+    assert (COMMIT, BRANCH) == (MLFLOW_GIT_COMMIT, MLFLOW_GIT_BRANCH)
+
+
+def test_run_name_is_the_dvc_experiment_else_stage_and_short_commit(monkeypatch):
+    commit = "c1c3f4f0123456789abcdef0123456789abcdef0"
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    assert tracking.run_name("train", commit) == "train-c1c3f4f"
+    assert tracking.run_name("train", "unknown") == "train-unknown"
+    monkeypatch.setenv("DVC_EXP_NAME", "lr-sweep-3")
+    assert tracking.run_name("train", commit) == "lr-sweep-3"
+
+
+def git(cwd: Path, *args: str) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """A git checkout on branch `study` with one commit."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "checkout", "-q", "-b", "study")
+    git(root, "commit", "-q", "--allow-empty", "-m", "one")
+    return root
+
+
+def test_git_tags_name_the_commit_and_the_branch_when_there_is_one(checkout, tmp_path):
+    commit = git(checkout, "rev-parse", "HEAD")
+    assert tracking.git_tags(checkout) == {COMMIT: commit, BRANCH: "study"}
+    git(checkout, "checkout", "-q", "--detach")
+    assert tracking.git_tags(checkout) == {COMMIT: commit}
+    assert tracking.git_tags(tmp_path) == {COMMIT: "unknown"}  # pytest's tmp_path is outside any checkout
+
+
+# ---------------------------------------------------------------- train runs in MLflow
+
+
+@pytest.fixture(scope="module")
+def mlflow_db(tmp_path_factory) -> str:
+    """A temporary sqlite tracking URI shared by this module's tests (creating one costs seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def tracked_params(mlflow_db, checkout, tmp_path, monkeypatch) -> Params:
+    """Params of a train run tracked into `mlflow_db` from `checkout`, two incoming files (and a
+    hidden one, ignored as the incoming stage does)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    monkeypatch.chdir(checkout)
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    for name in ("b.tsv", "a.tsv", ".draft.tsv", "notes.txt"):
+        (incoming / name).write_text("A dog.\tEin Hund.\n", encoding="utf-8")
+    return Params(
+        incoming=IncomingConfig(in_dir=str(incoming)), mlflow=MlflowConfig(experiment="tracking-test")
+    )
+
+
+@pytest.mark.parametrize("exp_name", [None, "lr-sweep-3"])
+def test_a_train_run_is_named_and_has_mlflows_git_tags(
+    tracked_params, checkout, tmp_path, monkeypatch, exp_name
+):
+    if exp_name:
+        monkeypatch.setenv("DVC_EXP_NAME", exp_name)
+    else:
+        monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", "cpu")
+    run = tracker.client.get_run(tracker.run_id)
+    commit = git(checkout, "rev-parse", "HEAD")
+    assert run.info.run_name == (exp_name or f"train-{commit[:7]}")
+    assert run.data.tags[COMMIT] == commit and run.data.tags[BRANCH] == "study"
+    assert "git_commit" not in run.data.tags and run.data.tags["stage"] == "train"
+
+
+def test_the_training_set_is_the_runs_dataset_input(tracked_params, tmp_path):
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", "cpu")
+    data_id = "0123456789abcdef" * 4
+    tracker.log_training_set(data_id, 1234)
+    tracker.log_training_set(data_id, 1234)  # a continued run logs it again: still one input
+    inputs = tracker.client.get_run(tracker.run_id).inputs.dataset_inputs
+    assert len(inputs) == 1
+    dataset = inputs[0].dataset
+    assert (dataset.name, dataset.digest) == ("multi30k-en-de+incoming", data_id[:12])
+    assert json.loads(dataset.source) == {"uri": "data/train_merged.jsonl"} and dataset.source_type == "local"
+    profile = json.loads(dataset.profile)
+    assert profile == {"num_rows": 1234, "data_id": data_id, "incoming_files": ["a.tsv", "b.tsv"]}
+    assert {(t.key, t.value) for t in inputs[0].tags} == {("mlflow.data.context", "training")}
+
+
+def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):
+    params = Params(incoming=IncomingConfig(in_dir=str(tmp_path / "absent")))
+    assert tracking.training_set(params) == tracking.TrainingSet("multi30k-en-de", "data/train_merged.jsonl")
+
+
+# ---------------------------------------------------------------- checkpoint uploads
+
+
+def test_checkpoint_upload_values_are_the_config_choices():
+    choices = typing.get_args(MlflowConfig.model_fields["log_checkpoints"].annotation)
+    assert choices == tracking.CHECKPOINT_UPLOADS and MlflowConfig().log_checkpoints == "all"
+    with pytest.raises(ValueError, match="mlflow.log_checkpoints: 'best'"):
+        tracking.uploads_checkpoint("best", "best.pt")
+
+
+@pytest.mark.parametrize(
+    "policy, uploaded",
+    [
+        ("all", {"best.pt", "last.pt", "step0000004.pt", "step0000008.pt"}),
+        ("best_and_last", {"best.pt", "last.pt"}),
+        ("none", set()),
+    ],
+)
+def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
+    mlflow_db, tmp_path, monkeypatch, policy, uploaded
+):
+    """Two validations (steps 4 and 8) of a toy run; the loop also logs its training set."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    client = tracking.client()
+    run_id = client.create_run(tracking.experiment_id("tracking-test")).info.run_id
+    data = tracking.TrainingSet("toy", "toy.jsonl")
+    tracker = tracking.MlflowTracker(run_id, log_checkpoints=policy, training_set=data)
+    run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", tracker=tracker)
+    toy = pairs()
+    train(
+        Transformer(TOY_MODEL, 20, PAD),
+        toy,
+        ToyValidation(toy[:16]),
+        OptimConfig(**TOY_OPTIM | {"max_steps": 8}),
+        run,
+    )
+    assert {Path(f.path).name for f in client.list_artifacts(run_id, "checkpoints")} == uploaded
+    (dataset_input,) = client.get_run(run_id).inputs.dataset_inputs
+    assert json.loads(dataset_input.dataset.profile)["num_rows"] == len(toy)
 
 
 # ---------------------------------------------------------------- the flow's stage order

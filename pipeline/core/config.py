@@ -164,6 +164,7 @@ class MlflowConfig(Section):
     enabled: bool = True
     experiment: str = "multi30k-en-de"
     model_name: str = "multi30k-en-de-transformer"  # registered model of the final translators
+    log_checkpoints: Literal["all", "best_and_last", "none"] = "all"  # checkpoints uploaded (model.pt always)
 
 
 class DecodeConfig(Section):

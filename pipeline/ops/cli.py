@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator
+from importlib import metadata
 from itertools import islice
 from pathlib import Path
 
@@ -54,7 +55,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=None, help="GNMT length penalty alpha")
-    p.add_argument("--n-best", type=int, default=None, help="print the K best, tab-separated with scores")
+    p.add_argument("--max-len-a", type=float, default=None, help="max output pieces = a * source pieces + b")
+    p.add_argument("--max-len-b", type=int, default=None, help="see --max-len-a")
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per decoding batch")
+    p.add_argument("--n-best", type=int, default=None,
+                   help="print the K best per input: K lines '<input line>\\t<rank>\\t<score>\\t<translation>'")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
     p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
                    help="our beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
@@ -65,7 +70,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--attention", type=Path, default=None, help="save the first sentence's cross-attention PNG"
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return p
+
+
+def version() -> str:
+    """This package's version (its metadata when installed, else pyproject's)."""
+    try:
+        return metadata.version("mt-pipeline")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def defaults(params_path: Path) -> Params:
@@ -82,11 +96,17 @@ def defaults(params_path: Path) -> Params:
     return Params()
 
 
-def decode_config(base: DecodeConfig, beam_size: int | None, length_penalty: float | None) -> DecodeConfig:
-    """Apply the command-line overrides, validated like params.yaml."""
-    updates = {
-        k: v for k, v in {"beam_size": beam_size, "length_penalty": length_penalty}.items() if v is not None
-    }
+DECODE_FLAGS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_size")
+
+
+def decode_config(base: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
+    """params' decode section with the flags of `DECODE_FLAGS` given on the command line,
+    validated like params.yaml.
+
+    Raises:
+        ConfigError: a flag's value is out of range (named as the flag).
+    """
+    updates = {k: getattr(args, k) for k in DECODE_FLAGS if getattr(args, k) is not None}
     try:
         return DecodeConfig.model_validate({**base.model_dump(), **updates})
     except ValidationError as exc:
@@ -143,13 +163,17 @@ def run_device(args: argparse.Namespace) -> torch.device:
 
 
 def outputs(
-    engine: Engine, batch: list[str], cfg: DecodeConfig, n_best: int | None, max_len: int
+    engine: Engine, batch: list[str], first_line: int, cfg: DecodeConfig, n_best: int | None, max_len: int
 ) -> Iterable[str]:
+    """The output of each line of `batch` (input line numbers from `first_line`): its translation,
+    or with `n_best` K lines `<line>\t<rank>\t<score>\t<translation>` (rank from 1, best first;
+    score: the length-normalised log-probability)."""
     if n_best is None:
         return translate_lines(engine, batch, cfg, max_pieces=max_len)
     nbest = translate_lines_n_best(engine, batch, cfg, n_best, max_pieces=max_len)
     return (
-        "\n".join(f"{text}\t{score:.4f}" for text, score in entries) if entries else "" for entries in nbest
+        "\n".join(f"{number}\t{rank}\t{score:.4f}\t{text}" for rank, (text, score) in enumerate(entries, 1))
+        for number, entries in enumerate(nbest, start=first_line)
     )
 
 
@@ -171,16 +195,18 @@ def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engi
 def run(args: argparse.Namespace) -> Iterator[str]:
     """Yield the output for each input line (one translated line; K lines with --n-best)."""
     params = defaults(args.params)
-    cfg = decode_config(params.decode, args.beam_size, args.length_penalty)
+    cfg = decode_config(params.decode, args)
     if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
         raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
     engine = load(args, params, run_device(args))
     first: tuple[str, str] | None = None
+    number = 1
     for batch in input_batches(args.sentences):
-        translated = outputs(engine, batch, cfg, args.n_best, params.train.max_len)
+        translated = outputs(engine, batch, number, cfg, args.n_best, params.train.max_len)
+        number += len(batch)
         for line, german in zip(batch, translated, strict=True):
             if first is None and line.strip():
-                first = (line, german.split("\t")[0])
+                first = (line, german if args.n_best is None else german.split("\n")[0].split("\t", 3)[3])
             yield german
     if args.attention is not None:
         if first is None:

@@ -3,7 +3,10 @@
 A run looks for new parallel data in `data/incoming/`, then runs each DVC stage
 (`dvc repro --single-item <stage>`) in DAG order, so DVC stays the judge of what is stale: the
 `incoming` stage reruns when a file there changed, and `train` (and everything after it) when the
-merged training set did; an unchanged stage is skipped and its task says so. Then the `champion`
+merged training set did; an unchanged stage is skipped and its task says so. Whether a stage ran is
+read from DVC's machine-readable status (`dvc status --json <stage>` just before it; `--force` always
+runs). Each stage's output (stdout and stderr) streams into its task's log line by line as it is
+written, so a long `train` shows its `train: step N/M ...` lines while it runs. Then the `champion`
 alias moves to the new `candidate` only when a paired significance test says it is better
 (`pipeline.ops.promotion`). The log ends with the run's case: no new data (nothing retrained), or new
 data (retrained; promoted or kept, with both BLEU scores and p). A failing stage fails its task and
@@ -27,6 +30,8 @@ import json
 import os
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -51,23 +56,69 @@ def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-@task(task_run_name="{stage}")
-def run_stage(stage: str, repo: str, force: bool = False) -> str:
-    """`dvc repro --single-item [--force] <stage>` in `repo`. Returns "ran" or "skipped".
+# Stage processes write plain, unbuffered lines: no tqdm frames, nothing held back in a pipe buffer.
+STAGE_ENV = {"PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+
+
+def stream_lines(cmd: list[str], cwd: str, log: Callable[[str], object], keep: int = 15) -> tuple[int, str]:
+    """Run `cmd` in `cwd`, handing each non-empty line of its output (stdout and stderr merged) to
+    `log` as soon as it is written; a carriage return ends a line too (text mode's universal
+    newlines), so progress-bar frames come as lines. Returns (exit status, its last `keep` lines).
 
     Raises:
-        RuntimeError: the stage failed; the message carries the end of its output.
+        OSError: `cmd` could not be started.
+    """
+    last: deque[str] = deque(maxlen=keep)
+    with subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **STAGE_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        bufsize=1,
+    ) as proc:
+        for line in proc.stdout:
+            if line := line.rstrip():
+                log(line)
+                last.append(line)
+    return proc.returncode, "\n".join(last)
+
+
+def is_stale(stage: str, repo: str) -> bool:
+    """Whether DVC would reproduce `stage` of `repo` now: `dvc status --json <stage>` names the stage,
+    with what changed (deps, outs, command, "always changed"), only when it is stale; `{}` otherwise.
+
+    Raises:
+        RuntimeError: `dvc status` failed (e.g. an unknown stage or a broken dvc.yaml); the message
+            carries the end of its output.
+    """
+    cmd = [sys.executable, "-m", "dvc", "status", "--json", stage]
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
+    if done.returncode:
+        output = tail(done.stdout + done.stderr)
+        raise RuntimeError(f"stage {stage}: dvc status failed (exit {done.returncode}):\n{output}")
+    return bool(json.loads(done.stdout.strip().splitlines()[-1]).get(stage))  # JSON is the last line
+
+
+@task(task_run_name="{stage}")
+def run_stage(stage: str, repo: str, force: bool = False) -> str:
+    """`dvc repro --single-item [--force] <stage>` in `repo`, its output streamed line by line into the
+    task's log. Returns "ran" when the stage was stale just before (`is_stale`) or forced, else
+    "skipped".
+
+    Raises:
+        RuntimeError: `dvc status` or the stage failed; the message carries the end of its output.
     """
     logger = get_run_logger()
+    ran = force or is_stale(stage, repo)
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", *(["--force"] if force else []), stage]
-    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-    output = done.stdout + done.stderr
-    if done.returncode:
-        raise RuntimeError(f"stage {stage} failed (exit {done.returncode}):\n{tail(output)}")
-    ran = f"Running stage '{stage}'" in output
+    code, last = stream_lines(cmd, repo, logger.info)
+    if code:
+        raise RuntimeError(f"stage {stage} failed (exit {code}):\n{last}")
     logger.info("stage %s: %s", stage, "ran" if ran else "unchanged, skipped")
-    if ran:
-        logger.info(tail(output))
     return "ran" if ran else "skipped"
 
 

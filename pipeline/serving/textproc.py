@@ -3,8 +3,9 @@
 Every entry point that translates raw text (the decode stage, `mt-translate`, the MLflow pyfunc)
 goes through `pipeline.serving.translator.translate_lines`, which uses the pieces here:
 
-- **Sentences** (`split_sentences`): pysbd (Sadvilkar & Neumann 2020, rule-based, Golden Rules
-  tested) splits a line into sentences; each is translated alone and the line re-joined with spaces.
+- **Sentences** (`split_sentences`): sentencex (Wikimedia's rule-based segmenter, linear time) splits
+  a line into sentences, with URLs, e-mails and numbers masked first so their dots never end one;
+  each is translated alone and the line re-joined with spaces.
   A sentence longer than the trained maximum is cut into word chunks (`split_long`), preferring a
   cut after `,;:`.
 - **Protected spans** (`protect` / `restore`): numbers (digits, times such as 5:30, decimals), URLs,
@@ -20,21 +21,21 @@ goes through `pipeline.serving.translator.translate_lines`, which uses the piece
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from collections.abc import Callable
 from typing import Literal
+
+import sentencex
 
 from pipeline.data.placeholders import NUMBER, PLACEHOLDER_RE, PLACEHOLDERS
 
 MAX_RUN = 3  # at most this many identical tokens in a row in an output
 
 URL = r"(?i:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*(?:\s|$))"
-EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+EMAIL = r"(?<![\w.+-])[\w.+-]++@[\w-]+(?:\.[\w-]+)+"  # possessive, anchored: linear time
 SPAN_RE = re.compile(f"{URL}|{EMAIL}|{NUMBER}")
-LINK_RE = re.compile(f"{URL}|{EMAIL}")
-MASK_RE = re.compile("\ue000(\\d+)\ue001")  # a masked link while splitting sentences
+MASK_RE = re.compile("\ue000(\\d+)\ue001")  # a masked span while splitting sentences
 LETTER_RE = re.compile(r"[^\W\d_]")
 
 CaseForm = Literal["upper", "title", "as_is"]
@@ -44,22 +45,21 @@ Representable = Callable[[str], bool]
 # --------------------------------------------------------------------------- sentences
 
 
-@functools.cache
-def _segmenter():
-    import pysbd
-
-    return pysbd.Segmenter(language="en", clean=False)
-
-
 def split_sentences(line: str) -> list[str]:
-    """The sentences of one line (pysbd, English rules), stripped; [] for a blank line. URLs and
-    e-mail addresses are masked while splitting, so their dots and `?` never end a sentence."""
+    """The sentences of one line (sentencex, English rules), stripped; [] for a blank line. URLs,
+    e-mail addresses and numbers are masked while splitting, so their dots and `?` never end a
+    sentence. Linear in the line's length."""
     if not line.strip():
         return []
-    links = [m.group() for m in LINK_RE.finditer(line)]
-    masked = LINK_RE.sub(lambda m: f"\ue000{links.index(m.group())}\ue001", line)
-    sentences = [s.strip() for s in _segmenter().segment(masked) if s.strip()]
-    return [MASK_RE.sub(lambda m: links[int(m.group(1))], s) for s in sentences]
+    spans: list[str] = []
+
+    def mask(match: re.Match) -> str:
+        spans.append(match.group())
+        return f"\ue000{len(spans) - 1}\ue001"
+
+    masked = SPAN_RE.sub(mask, line)
+    sentences = [s.strip() for s in sentencex.segment("en", masked) if s.strip()]
+    return [MASK_RE.sub(lambda m: spans[int(m.group(1))], s) for s in sentences]
 
 
 def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:

@@ -166,9 +166,11 @@ def translate_lines_n_best(
     engine: Engine, lines: list[str], cfg: DecodeConfig, n_best: int, *, max_pieces: int = MAX_SRC_PIECES
 ) -> list[list[tuple[str, float]]]:
     """The `n_best` best translated lines of each input line as (text, length-normalised log-prob),
-    best first, with the same processing as `translate_lines`. The k-th line joins the k-th best
-    of each of its model inputs (sentences, chunks); its score is their mean. A blank line gives
-    [], a line with nothing translatable one entry (the line itself, score 0.0).
+    best first, with the same processing as `translate_lines`: exactly `n_best` entries per line.
+    The k-th entry joins the k-th best of each of the line's model inputs (sentences, chunks); its
+    score is their mean. A line with nothing to translate (blank, or only numbers, links, emoji)
+    has `n_best` copies of its only output (the line itself, score 0.0); an engine that returns
+    fewer hypotheses than asked for has its last one repeated.
 
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.
@@ -180,15 +182,15 @@ def translate_lines_n_best(
     for s in sentences:
         per_line[s.line].append((s, [next(results) for _ in s.inputs]))
     out = []
-    for line, parts in zip(lines, per_line, strict=True):
-        ranks = min([n_best] + [len(r) for _, chunks in parts for r in chunks])
+    for parts in per_line:
         if not any(s.inputs for s, _ in parts):
-            out.append([(" ".join(finish(s, []) for s, _ in parts), 0.0)] if line.strip() else [])
+            out.append([(" ".join(finish(s, []) for s, _ in parts), 0.0)] * n_best)
             continue
         entries = []
-        for k in range(ranks):
-            scores = [r[k][1] for _, chunks in parts for r in chunks]
-            text = " ".join(finish(s, [r[k][0] for r in chunks]) for s, chunks in parts)
+        for k in range(n_best):
+            kth = [(s, [r[min(k, len(r) - 1)] for r in chunks]) for s, chunks in parts]
+            scores = [score for _, picked in kth for _, score in picked]
+            text = " ".join(finish(s, [text for text, _ in picked]) for s, picked in kth)
             entries.append((text, sum(scores) / len(scores)))
         out.append(entries)
     return out

@@ -96,6 +96,7 @@ def train(
     """Train `model` on `pairs` (piece ids without specials) until a budget or the patience runs out.
 
     `validate(model)` returns {"val_loss": ..., validate.metric_name: score (higher = better)}.
+    Rank 0 gives the tracker the training set (`run.data_id`, the pair count) and every checkpoint.
     Returns the final progress (rank 0's log and kept checkpoints).
 
     Raises:
@@ -110,6 +111,8 @@ def train(
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
     saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema)
     progress = Progress(**saved) if saved else Progress()
+    if world.is_main:
+        run.tracker.log_training_set(run.data_id, len(pairs))
     if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
         seed_everything(cfg.seed + 1000 * world.rank + progress.step)
     net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
@@ -267,7 +270,8 @@ def save_checkpoints(
     run,
 ):
     """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
-    `average_last` kept), then `last.pt` (everything). Each file is tracked as it is written."""
+    `average_last` kept), then `last.pt` (everything). Each file goes to the tracker as it is
+    written, which uploads those `mlflow.log_checkpoints` asks for."""
     written, weights = [], checkpoint.weights(model)
     if improved:
         written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}))
@@ -277,7 +281,7 @@ def save_checkpoints(
     state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
     written.append(checkpoint.save(run.out_dir / "last.pt", state))
     for path in written:
-        run.tracker.log_artifact(path, "checkpoints")
+        run.tracker.log_checkpoint(path)
 
 
 def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
