@@ -5,7 +5,9 @@ paths). Reads the corpus at `download.out_dir`; validates every `*.tsv` in INCOM
 (`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.data.incoming`), drops pairs that leak val/test sentences and duplicates,
 and writes MERGED_JSONL (train pairs, then the new ones) and COUNTS_JSON (files, pairs_read,
 dropped_leak, dropped_dup, added, train_pairs). An absent or empty INCOMING_DIR gives exactly the
-train split. A bad file is a one-line error and nothing is written.
+train split. A bad file is a one-line error and nothing is written. Each other entry of
+INCOMING_DIR (not a `*.tsv` file: `NEW.TSV`, a directory, a broken link, ...) gets one warning
+line on stderr, naming it and why it is ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import datasets
 from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
-from pipeline.data.incoming import merge_folder, write_merged
+from pipeline.data.incoming import ignored_entries, merge_folder, write_merged
 from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 
@@ -34,6 +36,8 @@ def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
         if split != TRAIN_SPLIT
         for pair in zip(ds["en"], ds[tgt], strict=True)
     ]
+    for path, why in ignored_entries(incoming_dir):
+        print(f"warning: {path}: ignored ({why})", file=sys.stderr)
     merged, counts = merge_folder(incoming_dir, train, held_out, tgt)
     write_merged(merged_jsonl, merged, tgt)
     write_json(counts_json, asdict(counts))

@@ -17,7 +17,7 @@ from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
 from pipeline.data.incoming import read_training_set
 from pipeline.data.multi30k import load_corpus
-from pipeline.data.tokenizer import Tokenizer, model_file
+from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
 from pipeline.tracking import runs as tracking
 from pipeline.training import checkpoint, distributed, warm_start
 from pipeline.training import loop as training
@@ -41,7 +41,8 @@ def main() -> None:
         model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
         init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
         run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), training.data_id(pairs), world,
-                                  device=device, bf16=bf16, init_from=init_from)  # fmt: skip
+                                  device=device, bf16=bf16, init_from=init_from,
+                                  spm_sha256=model_sha256(spm_model))  # fmt: skip
         if world.is_main and params.mlflow.enabled:
             fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
             run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, device)

@@ -21,7 +21,7 @@ from toy_train import pairs, toy_run  # tests/ is on sys.path (pytest rootdir-le
 from pipeline.core.config import ModelConfig, TokenizerConfig
 from pipeline.core.errors import run_main
 from pipeline.data.multi30k import build_corpus
-from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.data.tokenizer import Tokenizer, model_sha256, train_tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.ops.cli import main as translate_main
 from pipeline.training import checkpoint
@@ -65,6 +65,8 @@ PARAMS_CASES = {
     "negative dropout": ("train:\n  model:\n    dropout: -0.1\n", "train.model.dropout"),
     "dropout >= 1": ("train:\n  model:\n    dropout: 1.0\n", "train.model.dropout"),
     "beam 0": ("decode:\n  beam_size: 0\n", "decode.beam_size"),
+    "beam above its bound": ("decode:\n  beam_size: 9000\n", "decode.beam_size"),
+    "boolean as a number": ("decode:\n  beam_size: true\n", "decode.beam_size"),
     "heads do not divide": ("train:\n  model:\n    d_model: 250\n    n_heads: 4\n", "divisible"),
     "vocab below specials": ("tokenizer:\n  vocab_size: 3\n", "tokenizer.vocab_size"),
     "unknown key (typo)": ("train:\n  optim:\n    peak_lrr: 0.1\n", "train.optim.peak_lrr"),
@@ -178,6 +180,28 @@ def test_bad_checkpoint(kind, culprit, tiny, tmp_path, capsys):
     assert err.startswith(f"error: {path}: ") and culprit in err
 
 
+def test_checkpoint_of_another_tokenizer_of_the_same_size(tiny, tmp_path, capsys):
+    """A checkpoint records its tokenizer's SHA-256: another spm.model with the same size and
+    special ids is refused; a checkpoint without the record (an older one) loads unchecked."""
+    lines = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat on the mat with a hat"] * 50
+    size = Tokenizer.load(tiny["spm"]).vocab_size
+    other = train_tokenizer(lines, tmp_path / "bpe", TokenizerConfig(vocab_size=size, model_type="bpe"))
+    assert Tokenizer.load(other).vocab_size == size  # only the fingerprint tells them apart
+    state, digest = checkpoint.load(tiny["ckpt"]), model_sha256(tiny["spm"])
+    stamped = checkpoint.save(tmp_path / "stamped.pt", state, digest)
+    assert translate(tiny, capsys, "A dog runs.", ckpt=stamped)[0] == 0
+    defaults = str(tiny["root"] / "defaults.yaml")
+    argv = ["--checkpoint", str(stamped), "--spm", str(other), "--params", defaults]
+    code, out, err = run_entry(lambda: translate_main([*argv, "A dog runs."]), capsys)
+    assert code != 0 and out == "" and err.count("\n") == 1
+    assert err.startswith(
+        f"error: {stamped}: trained with another tokenizer than {other} (spm.model SHA-256 "
+    )
+    assert f"SHA-256 {digest[:12]}…, this file {model_sha256(other)[:12]}…)" in err
+    unstamped = [*argv[:1], str(tiny["ckpt"]), *argv[2:]]
+    assert run_entry(lambda: translate_main([*unstamped, "A dog runs."]), capsys)[0] == 0
+
+
 def test_missing_checkpoint(tiny, tmp_path, capsys):
     code, _, err = translate(tiny, capsys, "A dog.", ckpt=tmp_path / "nope.pt")
     assert code != 0 and err == f"error: {tmp_path / 'nope.pt'}: checkpoint not found\n"
@@ -186,6 +210,25 @@ def test_missing_checkpoint(tiny, tmp_path, capsys):
 def test_bad_beam_flag(tiny, capsys):
     code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "0")
     assert code != 0 and out == "" and err.startswith("error: --beam-size: ") and err.count("\n") == 1
+
+
+def test_beam_flag_above_its_bound(tiny, capsys):
+    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "9000")
+    assert code != 0 and out == ""
+    assert err == "error: --beam-size: Input should be less than or equal to 100\n"
+
+
+def test_beam_wider_than_the_vocabulary(tiny, capsys):
+    size = Tokenizer.load(tiny["spm"]).vocab_size
+    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", str(size - 1))
+    assert code != 0 and out == ""
+    wide = f"beam size {size - 1} exceeds the vocabulary size {size} less pad and bos"
+    assert err == f"error: --beam-size: {wide}\n"
+    params = tiny["root"] / "wide_beam.yaml"
+    params.write_text(f"decode:\n  beam_size: {size - 1}\n")
+    argv = ["--checkpoint", str(tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", str(params), "A dog."]
+    code, out, err = run_entry(lambda: translate_main(argv), capsys)
+    assert code != 0 and out == "" and err == f"error: {params}: decode.beam_size: {wide}\n"
 
 
 def test_missing_params_flag_file(tiny, tmp_path, capsys):
@@ -200,6 +243,22 @@ def test_stdin_line_that_is_not_utf8(tiny, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(f"A dog runs.\n{undecodable}\n"))
     code, _, err = translate(tiny, capsys)
     assert code != 0 and err == "error: stdin line 2: not UTF-8 text\n"
+
+
+def test_stdin_not_utf8_under_a_strict_error_handler(tiny, capsys, monkeypatch):
+    """PYTHONIOENCODING=utf-8:strict: stdin would raise UnicodeDecodeError; still the one line."""
+    import io
+
+    raw = io.BytesIO(b"A dog runs.\nA dog \xff runs.\n")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(raw, encoding="utf-8", errors="strict"))
+    code, out, err = translate(tiny, capsys)
+    assert code != 0 and out == "" and err == "error: stdin line 2: not UTF-8 text\n"
+
+
+def test_argument_that_is_not_utf8(tiny, capsys):
+    undecodable = b"A dog \xff runs.".decode("utf-8", "surrogateescape")  # how sys.argv delivers it
+    code, out, err = translate(tiny, capsys, "A dog runs.", undecodable)
+    assert code != 0 and out == "" and err == "error: argument 2: not UTF-8 text\n"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,36 @@ def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_p
     assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
     with pytest.raises(ConfigError, match="--attention needs --engine ours"):
         translate_main([*argv, "--engine", "ctranslate2", "--attention", str(tmp_path / "a.png"), "x"])
+
+
+def translate_process(files: dict[str, Path], tmp_path: Path, stdin) -> subprocess.Popen:
+    """`python -m pipeline translate` on the tiny model (greedy), stdout and stderr piped."""
+    params = tmp_path / "defaults.yaml"
+    params.write_text("{}\n")
+    cmd = [sys.executable, "-m", "pipeline", "translate", "--checkpoint", str(files["ckpt"]),
+           "--spm", str(files["spm"]), "--params", str(params), "--beam-size", "1"]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=tmp_path, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
+    """`mt-translate < file | head -1`: the reader goes away while batches remain."""
+    source = tmp_path / "in.en"
+    source.write_text("A man walks in the park.\n" * 1000)  # 4 batches
+    with source.open("rb") as stdin:
+        proc = translate_process(files, tmp_path, stdin)
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+    assert first.strip() and proc.returncode == 141 and err == b""  # 128 + SIGPIPE, no traceback
+
+
+def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
+    proc = translate_process(files, tmp_path, subprocess.PIPE)
+    proc.stdin.write(b"A dog walks.\n" * 300)  # one batch of 256 lines, then it waits for more
+    proc.stdin.flush()
+    for _ in range(256):
+        assert proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err == b""

@@ -4,11 +4,13 @@ the file and the field."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from pipeline.core.config import Params, load_params
+from pipeline.core.config import MAX_BEAM_SIZE, Params, load_params
 from pipeline.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +65,21 @@ BAD = [
     ("invalid yaml", "train: {model: [unclosed\n", ["not valid YAML"]),
     ("init_from typo", "train: {init_from: champoin}", ["train.init_from", "'champion'"]),
     ("unknown target language", "download: {tgt_lang: es}", ["download.tgt_lang", "'de', 'fr' or 'cs'"]),
+    (
+        "beam above its bound",
+        "decode: {beam_size: 9000}",
+        ["decode.beam_size", f"less than or equal to {MAX_BEAM_SIZE}"],
+    ),
+    (
+        "boolean as an integer",
+        "decode: {beam_size: true}",
+        ["decode.beam_size", "valid integer, not a boolean"],
+    ),
+    (
+        "boolean as a float",
+        "train: {optim: {peak_lr: true}}",
+        ["train.optim.peak_lr", "valid number, not a boolean"],
+    ),
 ]
 
 
@@ -93,3 +110,38 @@ def test_unreadable_params_raise_one_line_config_error(tmp_path):
     latin1.write_bytes("train:\n  max_len: 128  # Größe\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"params.yaml: not UTF-8 text \(byte \d+\)$"):
         load_params(latin1)
+
+
+def numeric_fields(model: type[BaseModel] = Params, prefix: str = "") -> list[str]:
+    """The dotted names of every int or float field (optional ones too), nested sections included."""
+    out = []
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out += numeric_fields(field.annotation, f"{prefix}{name}.")
+        elif {int, float} & set(get_args(field.annotation) or {field.annotation}):
+            out.append(prefix + name)
+    return out
+
+
+def nested(dotted: str, value: object) -> dict:
+    head, _, rest = dotted.partition(".")
+    return {head: nested(rest, value) if rest else value}
+
+
+@pytest.mark.parametrize("field", numeric_fields())
+def test_no_numeric_field_takes_a_boolean(tmp_path, field):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(nested(field, True)), encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{path}: {field}: Input should be a valid \w+, not a boolean$"):
+        load_params(path)
+
+
+def test_booleans_stay_booleans_and_a_float_field_takes_an_integer(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(
+        "train: {model: {pre_norm: true}, optim: {peak_lr: 1, max_minutes: 2}}\n", encoding="utf-8"
+    )
+    params = load_params(path)
+    assert params.train.model.pre_norm is True
+    assert params.train.optim.peak_lr == 1.0 and params.train.optim.max_minutes == 2.0
+    assert len(numeric_fields()) > 40  # the walk found the nested sections' fields

@@ -169,6 +169,56 @@ def test_stream_lines_delivers_each_line_while_the_process_runs(tmp_path: Path) 
     assert code == 3 and last == "a frame\nthe next frame"
 
 
+HOLDER = """
+import sys
+from pathlib import Path
+from pipeline.ops.flow import run_lock
+
+with run_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes stdin (or kills this process)
+"""
+
+
+def test_one_flow_run_per_checkout(tmp_path: Path) -> None:
+    """The second `run` in a checkout gets one line naming the holder; the lock ends with its holder."""
+    from pipeline.core.errors import PipelineError
+    from pipeline.ops.flow import LOCK_FILE, run_lock
+
+    with run_lock(tmp_path):  # two descriptors of one process exclude each other too
+        with pytest.raises(PipelineError, match="a flow run is already in progress here") as info:
+            with run_lock(tmp_path):
+                pytest.fail("entered a held lock")
+    assert "\n" not in str(info.value) and f"pid {os.getpid()}" in str(info.value)
+    for end in ("exit", "kill"):
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(PipelineError, match=rf"^{tmp_path}: .* \(pid {holder.pid}, lock {LOCK_FILE}\); "):
+            with run_lock(tmp_path):
+                pytest.fail("entered a lock another process holds")
+        if end == "kill":
+            holder.kill()
+        else:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+        with run_lock(tmp_path):  # released when its holder ended, however
+            pass
+
+
+def test_a_second_run_command_is_one_line_and_exit_1(tmp_path: Path, monkeypatch, capsys) -> None:
+    from pipeline.ops import flow
+    from pipeline.ops.flow import run_lock
+
+    monkeypatch.setattr(flow, "REPO", tmp_path)
+    monkeypatch.setattr(flow, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
+    with run_lock(tmp_path), pytest.raises(SystemExit) as info:
+        main(["run"])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path}: a flow run is already in progress here (pid {os.getpid()}")
+
+
 @pytest.fixture
 def scratch_dvc(tmp_path: Path, monkeypatch) -> Path:
     """A git + DVC project with one trivial stage `copy` (in.txt -> out.txt), never run."""

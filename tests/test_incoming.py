@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,14 @@ import yaml
 from datasets import Dataset, DatasetDict
 
 from pipeline.core.errors import DataError
-from pipeline.data.incoming import incoming_files, merge, read_incoming, read_merged, write_merged
+from pipeline.data.incoming import (
+    ignored_entries,
+    incoming_files,
+    merge,
+    read_incoming,
+    read_merged,
+    write_merged,
+)
 from pipeline.data.multi30k import save_dataset_dict
 from stages import incoming as stage
 
@@ -52,6 +61,8 @@ def test_reads_a_good_file_with_bom_crlf_and_spaces(tmp_path: Path) -> None:
         (b"A boy.\t \n", r"new\.tsv: line 1: empty de field"),
         (b"A boy.\tEin Junge.\n\nA cat.\tEine Katze.\n", r"new\.tsv: line 2: empty line"),
         (b"A \x07boy.\tEin Junge.\n", r"new\.tsv: line 1: control character U\+0007 in the en field"),
+        ("A boy.\t\u200b\n".encode(), r"new\.tsv: line 1: empty de field \(invisible characters only\)$"),
+        ("\u200b\u00a0\u200d\ufeff\u2060\tEin Junge.\n".encode(), r"new\.tsv: line 1: empty en field \("),
     ],
 )
 def test_bad_line_is_one_line_error_naming_file_and_line(
@@ -84,6 +95,38 @@ def test_merge_drops_leaks_and_duplicates_and_counts_them() -> None:
     merged, counts = merge(train, new, held_out)
     assert merged == train + [("A boy swims.", "Ein Junge schwimmt."), ("A man.", "Ein Herr.")]
     assert counts == {"pairs_read": 6, "dropped_leak": 2, "dropped_dup": 2, "added": 2, "train_pairs": 5}
+
+
+def test_leaks_and_duplicates_match_after_unicode_normalisation() -> None:
+    """Matching normalises as the tokenizer does (NFKC): an NFD or full-width copy of a held-out
+    sentence is a leak, and of a train pair a duplicate."""
+    held_out = [("A girl runs.", "Ein M\u00e4dchen l\u00e4uft.")]
+    nfd = functools.partial(unicodedata.normalize, "NFD")
+    new = [
+        ("Someone else.", nfd("Ein M\u00e4dchen l\u00e4uft.")),  # German side of test, in NFD
+        ("\uff21 girl runs.", "Etwas anderes."),  # full-width A: English side of test
+        ("A girl sings.", nfd("Ein M\u00e4dchen\tsingt.")),  # in train
+        ("a man.", "EIN MANN."),  # in train
+        ("A woman runs.", "Eine Frau l\u00e4uft."),  # kept
+    ]
+    merged, counts = merge(pairs(TRAIN), new, held_out)
+    assert merged[3:] == [("A woman runs.", "Eine Frau l\u00e4uft.")]
+    assert (counts["dropped_leak"], counts["dropped_dup"], counts["added"]) == (2, 2, 1)
+
+
+def test_ignored_entries_are_named_with_why(tmp_path: Path) -> None:
+    (tmp_path / "x.tsv").mkdir()
+    (tmp_path / "broken.tsv").symlink_to(tmp_path / "nowhere.tsv")
+    for name in ("NEW.TSV", "notes.txt", "good.tsv", "README.md", ".gitkeep", ".new.tsv.swp"):
+        (tmp_path / name).write_text("A man.\tEin Mann.\n")
+    assert [p.name for p in incoming_files(tmp_path)] == ["good.tsv"]
+    assert [(p.name, why) for p, why in ignored_entries(tmp_path)] == [
+        ("NEW.TSV", "the name must end in .tsv, lower case"),
+        ("broken.tsv", "a broken symbolic link"),
+        ("notes.txt", "not a *.tsv file"),
+        ("x.tsv", "a directory"),
+    ]
+    assert ignored_entries(tmp_path / "absent") == []
 
 
 def test_merged_file_round_trips_tabs_and_line_separators(tmp_path: Path) -> None:
@@ -146,3 +189,19 @@ def test_stage_with_a_bad_file_writes_nothing(repo: Path) -> None:
         run_stage(repo)
     assert (repo / "data/train_merged.jsonl").read_bytes() == before
     assert json.loads((repo / "reports/incoming.json").read_text())["files"] == 0
+
+
+def test_stage_warns_once_per_ignored_entry_and_writes_the_same(repo: Path, capsys) -> None:
+    (repo / "data/incoming").mkdir()
+    (repo / "data/incoming/a.tsv").write_text("A bird sings.\tEin Vogel singt.\n")
+    merged, counts = run_stage(repo)
+    assert capsys.readouterr().err == ""
+    (repo / "data/incoming/NEW.TSV").write_text("A boy swims.\tEin Junge schwimmt.\n")
+    (repo / "data/incoming/b.tsv").mkdir()
+    assert run_stage(repo) == (merged, counts)  # the same bytes and numbers-only counts
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [
+        f"warning: {repo / 'data/incoming/NEW.TSV'}: ignored (the name must end in .tsv, lower case)",
+        f"warning: {repo / 'data/incoming/b.tsv'}: ignored (a directory)",
+    ]
+    assert "incoming: 1 file(s)" in out.out

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.core.io import TEMP_NAME
 from pipeline.training import checkpoint
 
 SCRIPT = Path(__file__).with_name("toy_train.py")
@@ -19,6 +20,10 @@ SCRIPT = Path(__file__).with_name("toy_train.py")
 def run(out_dir: Path, kill_at: str | None = None) -> subprocess.CompletedProcess:
     args = [sys.executable, str(SCRIPT), str(out_dir)] + ([kill_at] if kill_at else [])
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+def temp_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if TEMP_NAME.fullmatch(p.name))
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +39,12 @@ def test_killed_run_resumes_to_identical_weights(kill_at, reference, tmp_path):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     last = checkpoint.load(tmp_path / "last.pt")  # readable, never half-written
     assert last["progress"]["step"] < 16
+    left = temp_files(tmp_path)
+    assert bool(left) == kill_at.startswith("checkpoint:")  # a write killed midway leaves its temp file
     resumed = run(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout
+    assert temp_files(tmp_path) == [] and all(f"removed {path}: " in resumed.stdout for path in left)
     final = torch.load(tmp_path / "final.pt", weights_only=True)["model"]
     for name, weight in reference.items():
         assert torch.equal(weight, final[name]), name

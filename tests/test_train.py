@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_train import TOY_MODEL, TOY_OPTIM, pairs, toy_run  # noqa: E402
+from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run  # noqa: E402
 
-from pipeline.core.config import OptimConfig  # noqa: E402
+from pipeline.core.config import OptimConfig, TrainConfig  # noqa: E402
 from pipeline.core.errors import PipelineError  # noqa: E402
 from pipeline.model.transformer import Transformer  # noqa: E402
 from pipeline.training import checkpoint  # noqa: E402
@@ -102,6 +102,27 @@ def test_step_and_best_checkpoints_hold_weights_only(tmp_path):
     last = checkpoint.load(tmp_path / "last.pt")
     assert {"optimizer", "rng", "progress", "identity", "fingerprint"} <= set(last)
     assert (tmp_path / "last.pt").stat().st_size > 2 * (tmp_path / "step0000008.pt").stat().st_size
+
+
+def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
+    torch.manual_seed(0)
+    model, data, digest = Transformer(TOY_MODEL, 20, PAD), pairs(), "ab" * 32
+    run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", spm_sha256=digest)
+    cfg = TrainConfig(optim=OptimConfig(**(TOY_OPTIM | {"max_steps": 8})))
+    validation = ToyValidation(data[:16])
+    progress = train_module.train(model, data, validation, cfg.optim, run)
+    train_module.finish(model, progress, validation, cfg, run)
+    for name in ("best.pt", "step0000008.pt", "last.pt", checkpoint.FINAL_MODEL):
+        assert checkpoint.load(tmp_path / name)[checkpoint.TOKENIZER_KEY] == digest, name
+
+
+def test_a_run_first_removes_the_temp_files_of_a_killed_write(tmp_path, capsys):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / ".last.pt.x1y2z3_a.tmp").write_bytes(b"half a checkpoint")
+    (tmp_path / "notes.tmp").write_text("not ours")
+    toy_run(tmp_path, pairs(), max_steps=4)
+    assert not (tmp_path / ".last.pt.x1y2z3_a.tmp").exists() and (tmp_path / "notes.tmp").exists()
+    assert f"removed {tmp_path / '.last.pt.x1y2z3_a.tmp'}: " in capsys.readouterr().out
 
 
 def test_training_lowers_loss_and_keeps_checkpoints(tmp_path):

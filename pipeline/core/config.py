@@ -9,20 +9,50 @@ message naming the file and the dotted field, e.g.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pipeline.core.errors import ConfigError
 
 N_SPECIAL_TOKENS = 4  # pad, unk, bos, eos: see pipeline.data.tokenizer
+# decode.beam_size at most: wider beams only cost time (Koehn & Knowles 2017: BLEU falls beyond ~30)
+MAX_BEAM_SIZE = 100
 
 
 class Section(BaseModel):
-    """Base for every section: unknown keys are errors, values are immutable."""
+    """Base for every section: unknown keys are errors, values are immutable, and a boolean is
+    not a number (YAML's `true` would otherwise pass as 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            kind = _number_kind(cls.model_fields[info.field_name].annotation)
+            if kind:
+                raise ValueError(f"Input should be a valid {kind}, not a boolean")
+        return value
+
+
+def _number_kind(annotation: Any) -> str | None:
+    """The kind of an int or float field ("integer", "number"; `int | None` too), else None."""
+    types = set(get_args(annotation)) or {annotation}
+    if bool in types:
+        return None
+    if int in types:
+        return "integer"
+    return "number" if float in types else None
 
 
 class DownloadConfig(Section):
@@ -170,7 +200,7 @@ class MlflowConfig(Section):
 class DecodeConfig(Section):
     """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
 
-    beam_size: int = Field(default=5, gt=0)
+    beam_size: int = Field(default=5, gt=0, le=MAX_BEAM_SIZE)
     length_penalty: float = Field(default=1.4, ge=0.0)
     max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
     max_len_b: int = Field(default=10, ge=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -22,10 +24,40 @@ class CheckpointError(PipelineError):
     """A checkpoint is unreadable or does not fit the model / tokenizer."""
 
 
+EXIT_SIGINT = 128 + signal.SIGINT  # 130: the shell's status for a command ended by Ctrl-C
+EXIT_SIGPIPE = 128 + signal.SIGPIPE  # 141: the shell's status for a writer whose reader went away
+
+
 def run_main(main: Callable[[], None]) -> None:
-    """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1."""
+    """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1.
+
+    A closed stdout (`... | head -1`) ends it quietly with exit 141, Ctrl-C with exit 130: no
+    traceback either way.
+
+    Raises:
+        SystemExit: on a `PipelineError` (1), a closed stdout (141) or Ctrl-C (130); any other
+            exception propagates.
+    """
     try:
         main()
+        sys.stdout.flush()  # a reader that went away shows here at the latest, not at exit
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    except BrokenPipeError:
+        _silence_stdout()
+        raise SystemExit(EXIT_SIGPIPE) from None
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_SIGINT) from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered
+    cannot fail a second time (Python's note on SIGPIPE in the `signal` docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture): nothing will flush to a pipe
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

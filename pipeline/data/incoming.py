@@ -3,15 +3,20 @@
 An incoming file is `*.tsv`: UTF-8, one pair per line, `en<TAB><tgt>` with `<tgt>` the target
 language (`download.tgt_lang`; German by default) (a leading byte-order mark and
 `\\r\\n` line ends are accepted). Each line must have exactly two fields, neither empty nor holding a
-control character; one bad line rejects the whole run (`DataError` naming the file and line), so
-nothing of a bad file is ever used. Files are read in name order.
+control character; a field of invisible characters only (zero-width and other format characters,
+spaces) counts as empty. One bad line rejects the whole run (`DataError` naming the file and line),
+so nothing of a bad file is ever used. Files are read in name order; every other entry of the
+folder (a directory or broken link named `*.tsv`, `NEW.TSV`, `notes.txt`; hidden files and a
+README aside) is named in a warning on stderr (`ignored_entries`), so a misnamed file is not
+silently left out.
 
 Filtering, in order, per pair: a pair whose English side matches an English sentence of val or any
-test split, or whose target side matches a target one, is dropped (no test leakage; matching
-ignores case and runs of whitespace); then a pair equal (same key) to a Multi30k train pair or to an
-earlier incoming pair is dropped. The merged set is the Multi30k train split, untouched and in
-order, followed by the pairs kept: with no incoming files it is exactly the train split, and the
-output is byte-for-byte deterministic, so DVC sees the same hash and reruns nothing downstream.
+test split, or whose target side matches a target one, is dropped (no test leakage; matching is
+on `key`: NFKC-normalised as SentencePiece normalises, case-folded, whitespace runs collapsed);
+then a pair equal (same key) to a Multi30k train pair or to an earlier incoming pair is dropped.
+The merged set is the Multi30k train split, untouched and in order, followed by the pairs kept:
+with no incoming files it is exactly the train split, and the output is byte-for-byte
+deterministic, so DVC sees the same hash and reruns nothing downstream.
 
 The merged set is written as JSON Lines (`{"en": ..., "<tgt>": ...}` per line; JSON, not TSV, because
 one Multi30k train sentence holds a tab); `read_merged` loads it.
@@ -54,16 +59,52 @@ def incoming_files(folder: str | Path) -> list[Path]:
     return sorted(p for p in folder.glob(PATTERN) if p.is_file() and not p.name.startswith("."))
 
 
+def ignored_entries(folder: str | Path) -> list[tuple[Path, str]]:
+    """The entries of `folder` that `incoming_files` leaves out, each with why, in name order;
+    hidden entries (`.gitkeep`, editors' files) and the folder's README (`README`, `README.md`, ...)
+    are not listed. [] when the folder is absent."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    used = set(incoming_files(folder))
+    return [(p, _why_ignored(p)) for p in sorted(folder.iterdir()) if p not in used and not _unlisted(p)]
+
+
+def _unlisted(path: Path) -> bool:
+    return path.name.startswith(".") or path.name.split(".")[0].upper() == "README"
+
+
+def _why_ignored(path: Path) -> str:
+    if path.is_symlink() and not path.exists():
+        return "a broken symbolic link"
+    if path.is_dir():
+        return "a directory"
+    if not path.is_file():
+        return "not a regular file"
+    if path.suffix.lower() == PATTERN[1:]:
+        return f"the name must end in {PATTERN[1:]}, lower case"
+    return f"not a {PATTERN} file"
+
+
 def _control_char(text: str) -> str | None:
     return next((c for c in text if unicodedata.category(c) == "Cc"), None)
+
+
+# Unicode categories that show nothing: controls, format characters (U+200B, U+FEFF, ...), spaces
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+
+
+def _visible(text: str) -> bool:
+    return any(unicodedata.category(c) not in INVISIBLE and not c.isspace() for c in text)
 
 
 def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
     """One `en<TAB><tgt>` line (without its `\\n`) as a pair of stripped strings.
 
     Raises:
-        DataError: not UTF-8, not exactly two tab-separated fields, an empty field, or a control
-            character (message starts with `where`, e.g. `new.tsv: line 3`).
+        DataError: not UTF-8, not exactly two tab-separated fields, an empty field (or one of
+            invisible characters only), or a control character (message starts with `where`, e.g.
+            `new.tsv: line 3`).
     """
     try:
         line = raw.decode("utf-8").removesuffix("\r")
@@ -81,6 +122,8 @@ def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
         bad = _control_char(text)
         if bad is not None:
             raise DataError(f"{where}: control character U+{ord(bad):04X} in the {name} field")
+        if not _visible(text):
+            raise DataError(f"{where}: empty {name} field (invisible characters only)")
     return en, de
 
 
@@ -102,8 +145,10 @@ def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
 
 
 def key(text: str) -> str:
-    """The matching key of a sentence: case-folded, whitespace runs collapsed."""
-    return " ".join(text.casefold().split())
+    """The matching key of a sentence: NFKC-normalised (SentencePiece's default normalisation, so
+    text the tokenizer sees as equal matches: NFD and NFC, full-width forms), case-folded,
+    whitespace runs collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def merge(

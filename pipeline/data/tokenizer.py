@@ -8,6 +8,7 @@ never split and left alone by SentencePiece's NFKC normalisation, so `decode(enc
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterable
 from pathlib import Path
@@ -52,6 +53,24 @@ def _trainer_options(cfg: TokenizerConfig) -> dict[str, object]:
 def model_file(out_dir: str | Path) -> Path:
     """The SentencePiece model file in a tokenizer folder (`tokenizer.out_dir`): `<out_dir>/spm.model`."""
     return Path(out_dir) / f"{MODEL_NAME}.model"
+
+
+def model_sha256(model_path: str | Path) -> str:
+    """The SHA-256 of a SentencePiece model's bytes (`spm.model`, or the one in a folder): the
+    tokenizer's fingerprint that checkpoints record.
+
+    Raises:
+        CheckpointError: the file cannot be read.
+    """
+    path = Path(model_path)
+    if path.is_dir():
+        path = model_file(path)
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise CheckpointError(
+            f"{path}: cannot read the SentencePiece model ({exc.strerror or exc})"
+        ) from None
 
 
 def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: TokenizerConfig) -> Path:

@@ -115,28 +115,52 @@ def decode_config(base: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
         raise ConfigError(f"{flag}: {err['msg']}") from None
 
 
+def check_beam_fits(beam_size: int, vocab_size: int, args: argparse.Namespace) -> None:
+    """A beam search keeps `beam_size` distinct next pieces, and never pad or bos.
+
+    Raises:
+        ConfigError: the beam is wider than the vocabulary less pad and bos (named as --beam-size,
+            or as the params field when the flag is not given).
+    """
+    if beam_size > vocab_size - 2:
+        where = "--beam-size" if args.beam_size is not None else f"{args.params}: decode.beam_size"
+        raise ConfigError(
+            f"{where}: beam size {beam_size} exceeds the vocabulary size {vocab_size} less pad and bos"
+        )
+
+
 def input_batches(sentences: list[str]) -> Iterator[list[str]]:
     """The arguments as one batch; else stdin: one line per batch from a terminal (answered as
     typed), `BATCH_LINES` lines per batch from a file or pipe."""
     if sentences:
-        yield sentences
+        yield [utf8_line(n, text, "argument") for n, text in enumerate(sentences, start=1)]
         return
-    lines = (utf8_line(n, line.rstrip("\n")) for n, line in enumerate(sys.stdin, start=1))
-    size = 1 if sys.stdin.isatty() else BATCH_LINES
+    stdin = surrogate_stdin()
+    lines = (utf8_line(n, line.rstrip("\n")) for n, line in enumerate(stdin, start=1))
+    size = 1 if stdin.isatty() else BATCH_LINES
     while batch := list(islice(lines, size)):
         yield batch
 
 
-def utf8_line(number: int, line: str) -> str:
-    """`line` itself when it is text (stdin undecodable bytes arrive as surrogates).
+def surrogate_stdin():
+    """stdin, set to hand undecodable bytes on as surrogates (whatever PYTHONIOENCODING's error
+    handler), so `utf8_line` reports them with their line number."""
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
+    return sys.stdin
+
+
+def utf8_line(number: int, line: str, source: str = "stdin line") -> str:
+    """`line` itself when it is text (undecodable bytes of stdin and of the arguments arrive as
+    surrogates).
 
     Raises:
-        ConfigError: the line held bytes that are not UTF-8.
+        ConfigError: the line held bytes that are not UTF-8 (`<source> <number>: not UTF-8 text`).
     """
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
-        raise ConfigError(f"stdin line {number}: not UTF-8 text") from None
+        raise ConfigError(f"{source} {number}: not UTF-8 text") from None
     return line
 
 
@@ -199,6 +223,7 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
         raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
     engine = load(args, params, run_device(args))
+    check_beam_fits(cfg.beam_size, engine.tokenizer.vocab_size, args)
     first: tuple[str, str] | None = None
     number = 1
     for batch in input_batches(args.sentences):

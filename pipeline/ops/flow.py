@@ -16,6 +16,8 @@ the flow, with the stage's error in the log; the download task retries.
     python -m pipeline.ops.flow serve --cron "0 3 * * 1"         # a schedule, against PREFECT_API_URL
     python -m pipeline.ops.flow rollback                         # champion back to the version it replaced
 
+Two `run`s in one checkout never overlap either: a run holds the checkout's flow lock
+(`run_lock`, `.dvc/tmp/flow.lock`) and a second one stops at once with one line saying so.
 Served runs never overlap (deployment concurrency limit 1; two `dvc repro` would collide on DVC's
 lock): a scheduled run that comes due while another is still running is cancelled ("Deployment
 concurrency limit reached.", `--on-overlap skip`, the default) or waits for the slot
@@ -26,12 +28,14 @@ are SHA-256-pinned, so the stages after it rerun only when what it wrote changed
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -41,10 +45,11 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 
-from pipeline.core.errors import run_main  # noqa: E402
+from pipeline.core.errors import PipelineError, run_main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_STAGE = "download"
+LOCK_FILE = ".dvc/tmp/flow.lock"  # in the repository (Git-ignored): held by the `run` in progress
 
 
 def stage_names(repo: Path) -> list[str]:
@@ -227,6 +232,42 @@ def deployment(name: str, cron: str, on_overlap: str = "skip"):
     )
 
 
+@contextmanager
+def run_lock(repo: Path = REPO) -> Iterator[None]:
+    """Hold the flow lock of the checkout `repo` (an exclusive, non-blocking `flock` on `LOCK_FILE`,
+    which records the holder's pid) while the body runs. The system releases it when the holder
+    exits, however it ends.
+
+    Raises:
+        PipelineError: another process holds it: a run is in progress in this checkout.
+    """
+    path = Path(repo) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 20, 0).decode("ascii", "replace").strip() or "unknown"
+            raise PipelineError(f"{repo}: a flow run is already in progress here (pid {holder}, lock "
+                                f"{LOCK_FILE}); wait for it to end") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def run_once(force: bool, recheck_data: bool) -> None:
+    """`run`: the flow once under this checkout's flow lock; prints its result.
+
+    Raises:
+        PipelineError: a run is already in progress in this checkout (`run_lock`).
+    """
+    with run_lock(REPO):
+        print(pipeline_flow(force=force, recheck_data=recheck_data))
+
+
 def rollback_champion(repo: Path = REPO) -> str:
     """`pipeline.ops.promotion.rollback` on this repository's `mlflow.model_name`."""
     from pipeline.core.config import load_params
@@ -249,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("rollback", help="move champion back to the version it replaced")
     args = parser.parse_args(argv)
     if args.command == "run":
-        print(pipeline_flow(force=args.force, recheck_data=args.recheck_data))
+        run_main(lambda: run_once(args.force, args.recheck_data))
     elif args.command == "rollback":
         run_main(lambda: print(rollback_champion()))
     else:

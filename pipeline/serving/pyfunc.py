@@ -10,13 +10,22 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import mlflow
-import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from pydantic import ValidationError
 
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import PipelineError
-from pipeline.serving.translator import MAX_SRC_PIECES, load_ct2_translator, load_translator, translate_lines
+from pipeline.serving.translator import (
+    MAX_SRC_PIECES,
+    load_ct2_translator,
+    load_translator,
+    translate_lines,
+    translate_lines_n_best,
+)
 from pipeline.tracking import runs as tracking
 from pipeline.tracking.runs import repo_root
 
@@ -52,14 +61,22 @@ def requirements(requirements_txt: Path | None = None) -> list[str]:
     return [f"{name}=={pins[name]}" for name in PYFUNC_PACKAGES]
 
 
+REQUEST_PARAMS = ("beam_size", "length_penalty", "n_best")  # what a request may set (`params`)
+INPUT_EXAMPLE = ["A man is walking his dog in the park."]
+
+
 class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
-    """English → the trained target language. Input: a DataFrame with an `en` column (else its first column), a list
-    of strings, or one string. Output: a list of translations, one per input, in order. Loads
-    and translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code):
-    the checkpoint is checked against the tokenizer, and each input gets the shared processing.
-    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum). With a
-    `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the config's
-    `compute_type` (default int8) instead of our search."""
+    """English → the trained target language, as an MLflow pyfunc with a typed `predict`.
+
+    Input: a list of strings (one sentence or line each); MLflow checks it against the signature
+    the type hints give. Params per request (`REQUEST_PARAMS`, defaults from the model config):
+    `beam_size`, `length_penalty` and `n_best`. Output, one entry per input, in order: the
+    translation (`n_best` 0, the default), or with `n_best` = K ≥ 1 the K best as
+    `{"rank", "score", "translation"}` (score: the length-normalised log-probability). Loads and
+    translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code).
+    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum). With
+    a `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the
+    config's `compute_type` (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         config = dict(context.model_config or {})
@@ -73,19 +90,68 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             self.engine = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
         self.cfg = DecodeConfig(**config)
 
-    def predict(self, context, model_input, params=None) -> list[str]:
-        lines = english_sentences(model_input)
-        return translate_lines(self.engine, lines, self.cfg, max_pieces=self.max_len)
+    def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
+        """Translate `model_input`; see the class docstring for `params` and the output.
+
+        Raises:
+            MlflowException: (INVALID_PARAMETER_VALUE, a 400 when served) an unknown or out-of-range
+                param, or an input that is not a string.
+        """
+        cfg, n_best = request_config(self.cfg, params or {})
+        lines = [checked_line(i, line) for i, line in enumerate(model_input)]
+        if not n_best:
+            return translate_lines(self.engine, lines, cfg, max_pieces=self.max_len)
+        ranked = translate_lines_n_best(self.engine, lines, cfg, n_best, max_pieces=self.max_len)
+        return [
+            [
+                {"rank": k, "score": round(score, 4), "translation": text}
+                for k, (text, score) in enumerate(entries, 1)
+            ]
+            for entries in ranked
+        ]
 
 
-def english_sentences(model_input) -> list[str]:
-    """The sentences in a pyfunc input (DataFrame `en` column or first column, list, or str)."""
-    if isinstance(model_input, pd.DataFrame):
-        column = "en" if "en" in model_input.columns else model_input.columns[0]
-        return [str(s) for s in model_input[column]]
-    if isinstance(model_input, str):
-        return [model_input]
-    return [str(s) for s in model_input]
+def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeConfig, int]:
+    """The decoding settings of one request: `base` with the request's `beam_size` and
+    `length_penalty`, validated like params.yaml, and its `n_best` (0 = translations only).
+
+    Raises:
+        MlflowException: INVALID_PARAMETER_VALUE naming the param.
+    """
+    unknown = sorted(set(params) - set(REQUEST_PARAMS))
+    if unknown:
+        raise bad_request(f"params: unknown {', '.join(unknown)} (allowed: {', '.join(REQUEST_PARAMS)})")
+    updates = {k: params[k] for k in ("beam_size", "length_penalty") if params.get(k) is not None}
+    try:
+        cfg = DecodeConfig.model_validate({**base.model_dump(), **updates})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise bad_request(f"params.{err['loc'][0]}: {err['msg']}") from None
+    n_best = params.get("n_best") or 0
+    if not isinstance(n_best, int) or isinstance(n_best, bool) or not 0 <= n_best <= cfg.beam_size:
+        raise bad_request(f"params.n_best: must be an integer from 0 to the beam size {cfg.beam_size}")
+    return cfg, n_best
+
+
+def checked_line(index: int, line: object) -> str:
+    """`line` when it is a string.
+
+    Raises:
+        MlflowException: INVALID_PARAMETER_VALUE naming the input's index.
+    """
+    if not isinstance(line, str):
+        raise bad_request(f"inputs[{index}]: expected a string, got {type(line).__name__}")
+    return line
+
+
+def bad_request(message: str) -> MlflowException:
+    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def signature_example() -> tuple[list[str], dict[str, Any]]:
+    """The input example logged with the model: a sentence and every request param at its default."""
+    return INPUT_EXAMPLE, {"beam_size": DecodeConfig().beam_size, "length_penalty": DecodeConfig().length_penalty,
+                           "n_best": 0}  # fmt: skip
 
 
 def log_translator(
@@ -111,6 +177,7 @@ def log_translator(
             model_config=decode_cfg,
             code_paths=[str(PACKAGE_DIR)],
             pip_requirements=requirements(),
+            input_example=signature_example(),
             registered_model_name=model_name,
         )
     version = str(info.registered_model_version)

@@ -42,7 +42,7 @@ def load_translator(
             or a vocabulary / special-id mismatch.
     """
     tok = Tokenizer.load(spm_model)
-    model, state = load_model(checkpoint, vocab_size=tok.vocab_size)
+    model, state = load_model(checkpoint, vocab_size=tok.vocab_size, spm_model=spm_model)
     ids = (state["pad_id"], state["bos_id"], state["eos_id"])
     if ids != (tok.pad_id, tok.bos_id, tok.eos_id):
         raise CheckpointError(

@@ -5,6 +5,9 @@ with `torch.load(weights_only=True)`: loading a file someone handed you cannot r
 
 - Weights (`best.pt`, `step<N>.pt`, `model.pt`): `MODEL_KEYS`, all that rebuilds the model:
   `model_cfg` (a `ModelConfig` dump), `vocab_size`, `pad_id`, `bos_id`, `eos_id`, `model`.
+- Every checkpoint of a SentencePiece run (not the warm-up's fixed vocabulary) also records
+  `spm_sha256`, the SHA-256 of the `spm.model` it was trained with; loading it with another
+  tokenizer file is refused. Checkpoints without the key (older ones) load unchecked.
 - `last.pt` adds what continues the run exactly: `optimizer`, `rng`, `progress` (the loop's
   bookkeeping), `identity` (what the trajectory depends on) and its `fingerprint`.
 """
@@ -26,7 +29,7 @@ from pydantic import ValidationError
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.core.io import atomic_path
-from pipeline.data.tokenizer import BOS_ID, EOS_ID
+from pipeline.data.tokenizer import BOS_ID, EOS_ID, model_sha256
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
@@ -34,12 +37,14 @@ from pipeline.training.ema import EMA
 
 FINAL_MODEL = "model.pt"  # in the checkpoint folder: the final weights the stages after `train` read
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
+TOKENIZER_KEY = "spm_sha256"  # optional: the SHA-256 of the spm.model the weights were trained with
 
 
-def save(path: str | Path, state: dict) -> Path:
-    """Write `state` to `path` atomically (temp file + rename): a crash never leaves it half-written."""
+def save(path: str | Path, state: dict, spm_sha256: str | None = None) -> Path:
+    """Write `state` to `path` atomically (temp file + rename): a crash never leaves it half-written.
+    `spm_sha256` (`pipeline.data.tokenizer.model_sha256`), when given, is recorded with it."""
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        torch.save(state | ({TOKENIZER_KEY: spm_sha256} if spm_sha256 else {}), tmp)
     return Path(path)
 
 
@@ -100,20 +105,44 @@ def build_model(state: dict, path: str | Path = "<checkpoint>") -> Transformer:
     return model.eval()
 
 
-def load_model(path: str | Path, vocab_size: int | None = None) -> tuple[Transformer, dict]:
-    """Load a model checkpoint; when `vocab_size` is given it must match the checkpoint's.
+def load_model(
+    path: str | Path, vocab_size: int | None = None, spm_model: str | Path | None = None
+) -> tuple[Transformer, dict]:
+    """Load a model checkpoint; when `vocab_size` is given it must match the checkpoint's, and when
+    `spm_model` is given it must be the tokenizer the checkpoint records (`check_tokenizer`).
 
     Returns the model (eval mode, CPU) and the checkpoint dict.
 
     Raises:
-        CheckpointError: see `load` and `build_model`, or a vocabulary mismatch.
+        CheckpointError: see `load` and `build_model`, or a vocabulary or tokenizer mismatch.
     """
     state = load(path)
     if vocab_size is not None and state["vocab_size"] != vocab_size:
         raise CheckpointError(
             f"{path}: vocabulary size {state['vocab_size']} does not match the tokenizer's {vocab_size}"
         )
+    if spm_model is not None:
+        check_tokenizer(state, path, spm_model)
     return build_model(state, path), state
+
+
+def check_tokenizer(state: dict, path: str | Path, spm_model: str | Path) -> None:
+    """Check that the checkpoint `state` (read from `path`) was trained with the SentencePiece model
+    `spm_model`; a checkpoint that records no tokenizer (written before the record) passes.
+
+    Raises:
+        CheckpointError: the checkpoint records another tokenizer (one line naming both files), or
+            `spm_model` cannot be read.
+    """
+    recorded = state.get(TOKENIZER_KEY)
+    if recorded is None:
+        return
+    actual = model_sha256(spm_model)
+    if actual != recorded:
+        raise CheckpointError(
+            f"{path}: trained with another tokenizer than {spm_model} "
+            f"(spm.model SHA-256 {recorded[:12]}…, this file {actual[:12]}…)"
+        )
 
 
 # ---------------------------------------------------------------- continuing a run

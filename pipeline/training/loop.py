@@ -8,7 +8,8 @@ and optionally an exponential moving average of the weights (`ema_decay`,
 improved), `step<N>.pt` (the last `average_last` kept for the final average; both weights only)
 and `last.pt` (weights, optimizer, RNG, data position, the weight average: what continues the run
 exactly). Training stops at the first of `max_steps`, `max_minutes` (wall clock, validation
-included) and `patience` validations without a better score.
+included) and `patience` validations without a better score. A run first deletes the temp files
+that a write killed midway left in its checkpoint folder (`pipeline.core.io.remove_stale_temps`).
 
 A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
 schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
@@ -45,7 +46,7 @@ from torch.nn.parallel import DistributedDataParallel
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TrainConfig
 from pipeline.core.device import autocast, cpu_name
 from pipeline.core.errors import PipelineError
-from pipeline.core.io import atomic_path
+from pipeline.core.io import atomic_path, remove_stale_temps
 from pipeline.core.metrics import score as sacrebleu
 from pipeline.data.batching import Pair, collate, make_batches
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
@@ -73,6 +74,7 @@ class RunContext:
     device: torch.device = torch.device("cpu")
     bf16: bool = False
     init_from: dict | None = None  # the champion a warm start began from (`pipeline.training.warm_start`)
+    spm_sha256: str | None = None  # the tokenizer's SHA-256, recorded in every checkpoint (None: none)
 
 
 @dataclass
@@ -105,6 +107,9 @@ def train(
     """
     world, out_dir = run.world, run.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    if world.is_main:
+        for stale in remove_stale_temps(out_dir):
+            print(f"removed {stale}: a temp file left by an interrupted checkpoint write")
     model.to(run.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
     identity = run_identity(model, cfg, run)
@@ -272,14 +277,14 @@ def save_checkpoints(
     """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
     `average_last` kept), then `last.pt` (everything). Each file goes to the tracker as it is
     written, which uploads those `mlflow.log_checkpoints` asks for."""
-    written, weights = [], checkpoint.weights(model)
+    written, weights, spm = [], checkpoint.weights(model), run.spm_sha256
     if improved:
-        written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}))
+        written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}, spm))
     name = f"step{progress.step:07d}.pt"
-    written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}))
+    written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}, spm))
     progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
     state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
-    written.append(checkpoint.save(run.out_dir / "last.pt", state))
+    written.append(checkpoint.save(run.out_dir / "last.pt", state, spm))
     for path in written:
         run.tracker.log_checkpoint(path)
 
@@ -332,9 +337,10 @@ def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | No
 
 def finish(model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext):
     """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
-    as `out_dir/model.pt` and track it. Returns (metrics, facts) for the stage to write."""
+    as `out_dir/model.pt` (with the tokenizer's fingerprint) and track it. Returns (metrics, facts)
+    for the stage to write."""
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
-    checkpoint.save(run.out_dir / checkpoint.FINAL_MODEL, state)
+    checkpoint.save(run.out_dir / checkpoint.FINAL_MODEL, state, run.spm_sha256)
     run.tracker.log_artifact(run.out_dir / checkpoint.FINAL_MODEL, "model")
     metrics = summary(progress) | {
         "final_val_bleu": round(choice["candidates"][choice["source"]], 2),

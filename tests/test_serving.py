@@ -1,0 +1,135 @@
+"""The MLflow pyfunc on a tiny model: its signature and input example, params per request, and a
+real `mlflow models serve` process on 127.0.0.1 answering good and bad requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import tiny
+
+NAME = "tiny-translator"
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory):
+    """(model URI, tracking URI): the tiny model logged and registered as version 1 of NAME."""
+    root = tmp_path_factory.mktemp("serving")
+    files = tiny.build(root / "model")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        from pipeline.core.config import DecodeConfig
+        from pipeline.serving.pyfunc import log_translator
+        from pipeline.tracking import runs as tracking
+
+        run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
+        config = DecodeConfig(beam_size=3, max_len_a=1.2, max_len_b=4).model_dump()
+        version = log_translator(run_id, files["ckpt"], files["spm"], config, NAME)
+    return f"models:/{NAME}/{version}", uri
+
+
+def test_signature_and_input_example_are_logged(logged, monkeypatch) -> None:
+    import mlflow
+
+    model_uri, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    info = mlflow.models.get_model_info(model_uri)
+    assert info.signature.inputs.to_dict() == [{"type": "string", "required": True}]  # list[str]
+    params = {p.name: p.default for p in info.signature.params}
+    assert params == {"beam_size": 5, "length_penalty": 1.4, "n_best": 0}
+    assert info.saved_input_example_info is not None
+
+
+def test_params_per_request(logged, monkeypatch) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    model_uri, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    model = mlflow.pyfunc.load_model(model_uri)
+    one = model.predict(["A man walks in the park.", ""], params={"beam_size": 2})
+    assert len(one) == 2 and one[0] and one[1] == ""
+    ranked = model.predict(["A man walks in the park."], params={"beam_size": 3, "n_best": 3})
+    assert [h["rank"] for h in ranked[0]] == [1, 2, 3]
+    assert ranked[0][0]["score"] >= ranked[0][2]["score"]
+    for params, message in [
+        ({"beam_size": 0}, "params.beam_size: Input should be greater than 0"),
+        ({"n_best": 4, "beam_size": 3}, "params.n_best: must be an integer from 0 to the beam size 3"),
+        ({"length_penalty": -1.0}, "params.length_penalty"),
+    ]:
+        with pytest.raises(MlflowException, match=message):
+            model.predict(["A dog."], params=params)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port: int, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations", body, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+@pytest.fixture(scope="module")
+def server(logged, tmp_path_factory):
+    """A real `mlflow models serve` of the logged model on 127.0.0.1 (one worker); its port."""
+    model_uri, uri = logged
+    port = free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
+    env = os.environ | {"MLFLOW_TRACKING_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
+           "-p", str(port), "-w", "1", "--env-manager", "local"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, Path(log.name).read_text()[-3000:]
+                time.sleep(1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_served_model_answers_and_rejects_bad_requests(server) -> None:
+    status, body = post(server, json.dumps({"inputs": ["A man walks in the park.", "A dog."]}).encode())
+    assert status == 200 and len(body["predictions"]) == 2 and all(body["predictions"])
+    request = {"inputs": ["A man walks in the park."], "params": {"beam_size": 3, "n_best": 2}}
+    status, body = post(server, json.dumps(request).encode())
+    assert status == 200 and [h["rank"] for h in body["predictions"][0]] == [1, 2]
+    assert all(isinstance(h["score"], float) and h["translation"] for h in body["predictions"][0])
+    assert post(server, b'{"inputs": []}') == (200, {"predictions": []})
+    bad = [
+        b'{"inputs": ["A dog.", 7]}',
+        b'{"inputs": ["A dog."], "params": {"beam_size": 0}}',
+        b'{"inputs": ["A dog."], "params": {"n_best": 9}}',
+        b'{"inputs": ["A dog."], "params": {"beam_size": "five"}}',
+        b'{"inputs": [',
+    ]
+    for body_bytes in bad:
+        status, body = post(server, body_bytes)
+        assert 400 <= status < 500 and body.get("message"), (body_bytes, status, body)
+    status, body = post(server, b'{"inputs": ["A dog."]}')
+    assert status == 200 and len(body["predictions"]) == 1  # still up
