@@ -170,3 +170,10 @@ def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err == b""
+
+
+def test_odd_characters_never_reach_the_output(files, capsys) -> None:
+    cli(files, "A dog\x00 runs\x1b.", "Two men drink a cafe\u0301.", "The label ｟1｠ is new.")
+    out = capsys.readouterr().out
+    assert "\x00" not in out and "\x1b" not in out and "\u0301" not in out
+    assert out.split("\n")[2].count("｟1｠") == 1

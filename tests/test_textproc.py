@@ -104,3 +104,45 @@ def test_long_lines_are_prepared_in_seconds(tok: Tokenizer, line: str) -> None:
     sentences = prepare([line], tok, max_pieces=64)
     assert time.perf_counter() - start < 10
     assert "".join(s.text for s in sentences).replace(" ", "") == line.replace(" ", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "spans"),
+    [
+        ("Meet me on 12/05/2023 or 2023-05-12.", ["12/05/2023", "2023-05-12"]),
+        ("It costs $3.5 or 1,000.50 € or 12.5% more.", ["$3.5", "1,000.50 €", "12.5%"]),
+        ("Call +49 30 1234567 or (555) 123-4567.", ["+49 30 1234567", "(555) 123-4567"]),
+        ("It is -5 degrees, ages 5-10.", ["-5", "5-10"]),
+        ("He came 1st, she came 3rd.", ["1.", "3."]),  # German ordinals
+        ("A <b>big</b> **dog**, [a link](http://x.y).", ["<b>", "</b>", "**", "**", "[", "](http://x.y)"]),
+        ("The code ｟1｠ is literal.", ["｟1｠"]),
+    ],
+)
+def test_formatted_numbers_markup_and_literal_placeholders_are_spans(text: str, spans: list[str]) -> None:
+    protected, found = tp.protect(text)
+    assert found == spans
+    assert tp.restore(protected, found) == text.replace("1st", "1.").replace("3rd", "3")
+
+
+def test_restore_is_one_pass_so_a_span_that_looks_like_a_placeholder_stays() -> None:
+    assert tp.restore("Der Code ｟2｠ und ｟1｠.", ["｟2｠", "7"]) == "Der Code 7 und ｟2｠."
+    assert tp.restore("Sie wurde ｟1｠.", ["3."]) == "Sie wurde 3."
+
+
+def test_clean_composes_accents_and_drops_control_characters() -> None:
+    assert tp.clean("cafe\u0301\x00 ok\tx\x1b") == "café ok x"
+
+
+def test_punctuation_runs_are_cut_unless_the_source_has_them() -> None:
+    assert tp.collapse_punctuation("„Hallo“))))) ja", 'said "hello" (quietly)') == "„Hallo“) ja"
+    assert tp.collapse_punctuation("Hilfe!!!!", "Help!!!!") == "Hilfe!!!!"
+
+
+def test_more_spans_than_placeholders_are_translated_in_parts(tok: Tokenizer) -> None:
+    from pipeline.serving.translator import prepare
+
+    line = "There are " + ", ".join(f"{n} cats" for n in range(11, 31)) + "."
+    sentences = prepare([line], tok)
+    assert all(len(s.spans) <= len(ph.PLACEHOLDERS) for s in sentences)
+    assert [s.continues for s in sentences] == [False] + [True] * (len(sentences) - 1)
+    assert [span for s in sentences for span in s.spans] == [str(n) for n in range(11, 31)]

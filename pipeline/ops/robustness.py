@@ -1,10 +1,12 @@
 """The robustness set: kinds of real input and the property each translation must keep.
 
 `tests/robustness.tsv` has the columns `input`, `sentences` (how many sentences the output must
-have), `verbatim` (spans that must appear verbatim in the output, separated by ` | `; empty for
+have), `verbatim` (spans that must appear verbatim in the output, separated by ` | `, or by
+` > ` when they must also come in that order, as markup around the words it wraps; empty for
 none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
 check). Every output must also have no whitespace token repeated more than `MAX_RUN` times in a
-row. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
+row, no run of one punctuation mark longer than `MAX_RUN` that the input lacks, no control
+character and no combining mark without its letter. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
 casing figure of the results page: the upper-cased source against upper-cased references. The
 `decode` stage computes both where the model runs (`write_figures`: numbers as a DVC metrics file,
 the failed inputs beside it); the report reads them (`read_figures`).
@@ -26,6 +28,8 @@ from pipeline.serving.textproc import MAX_RUN
 from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines, translate_sentences
 
 HEADER = ["input", "sentences", "verbatim", "case"]
+PUNCTUATION_RUN = re.compile(rf"([^\w\s])\1{{{MAX_RUN},}}")
+CONTROL_OR_BARE_MARK = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|(?:^|\s)[\u0300-\u036f]")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Case:
     sentences: int
     verbatim: tuple[str, ...]
     upper: bool
+    ordered: bool = False  # the verbatim spans must come in their order
 
 
 def read_table(path: Path) -> list[Case]:
@@ -53,8 +58,9 @@ def read_table(path: Path) -> list[Case]:
     for number, row in enumerate(rows, start=2):
         if len(row) != 4 or not row[1].isdigit() or row[3] not in ("upper", "-"):
             raise DataError(f"{path}: line {number}: expected input, sentence count, spans, upper|-")
-        spans = tuple(s for s in row[2].split(" | ") if s)
-        cases.append(Case(row[0], int(row[1]), spans, row[3] == "upper"))
+        ordered = " > " in row[2]
+        spans = tuple(s for s in row[2].split(" > " if ordered else " | ") if s)
+        cases.append(Case(row[0], int(row[1]), spans, row[3] == "upper", ordered))
     return cases
 
 
@@ -74,14 +80,32 @@ def failures(case: Case, sentences: list[str]) -> list[str]:
     if len(sentences) != case.sentences:
         broken.append(f"{len(sentences)} sentences, expected {case.sentences}")
     broken += [f"span {span!r} not verbatim" for span in case.verbatim if span not in text]
+    if case.ordered and not in_order(text, case.verbatim):
+        broken.append("spans out of order")
     if longest_run(text) > MAX_RUN:
         broken.append(f"a token repeated {longest_run(text)} times in a row")
+    runs = [m.group() for m in PUNCTUATION_RUN.finditer(text) if m.group() not in case.text]
+    if runs:
+        broken.append(f"punctuation run {runs[0]!r}")
+    if CONTROL_OR_BARE_MARK.search(text):
+        broken.append("a control character or a bare combining mark")
     rest = text
     for span in case.verbatim:
         rest = rest.replace(span, "")
     if case.upper and re.search(r"[^\W\d_]", rest) and rest != rest.upper():
         broken.append("not upper case")
     return broken
+
+
+def in_order(text: str, spans: tuple[str, ...]) -> bool:
+    """Whether `spans` occur in `text` one after another, in their order."""
+    position = 0
+    for span in spans:
+        position = text.find(span, position)
+        if position < 0:
+            return False
+        position += len(span)
+    return True
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,22 @@ goes through `pipeline.serving.translator.translate_lines`, which uses the piece
   each is translated alone and the line re-joined with spaces.
   A sentence longer than the trained maximum is cut into word chunks (`split_long`), preferring a
   cut after `,;:`.
-- **Protected spans** (`protect` / `restore`): numbers (digits, times such as 5:30, decimals), URLs,
-  e-mail addresses and runs of characters the SentencePiece model cannot represent or that are
-  `foreign` (other scripts, emoji) are replaced by the placeholders `PLACEHOLDERS` (SentencePiece user-defined symbols: one
-  piece each, untouched by its NFKC normalisation) and put back verbatim after translation. A
-  placeholder the model dropped gets its span appended, so nothing is lost. `pipeline.data.placeholders.protect_pair`
-  puts the same placeholders into training pairs so the model learns to copy them.
+- **Input** (`clean`): Unicode NFC (a combining accent joins its letter), control characters
+  removed.
+- **Protected spans** (`protect` / `restore`): numbers with what is typed around them (signs,
+  currencies, percent; dates such as 12/05/2023 and 2023-05-12, phone numbers, ranges; ordinals,
+  written the German way: `3rd` -> `3.`), URLs, e-mail addresses, markup (HTML tags, `**`, `__`,
+  the brackets and URL of a Markdown link, so the link text is translated), literal placeholders,
+  and runs of characters the SentencePiece model cannot represent or that are `foreign` (other
+  scripts, emoji) are replaced by the placeholders `PLACEHOLDERS` (SentencePiece user-defined
+  symbols: one piece each, untouched by its NFKC normalisation) and put back after translation.
+  A placeholder the model dropped gets its span appended, so nothing is lost; a sentence with more
+  spans than placeholders is translated in parts. `pipeline.data.placeholders.protect_pair` puts
+  the same placeholders into training pairs so the model learns to copy them.
 - **Casing** (`case_form`, `normalise_case`, `restore_case`): ALL-CAPS and Title-Case input is
   translated sentence-cased; ALL-CAPS output is upper-cased again.
-- **Repeats** (`collapse_repeats`): no token is repeated more than `MAX_RUN` times in a row.
+- **Repeats** (`collapse_repeats`, `collapse_punctuation`): no token is repeated more than
+  `MAX_RUN` times in a row, nor a punctuation mark the input does not repeat so.
 """
 
 from __future__ import annotations
@@ -28,15 +35,22 @@ from typing import Literal
 
 import sentencex
 
-from pipeline.data.placeholders import NUMBER, PLACEHOLDER_RE, PLACEHOLDERS
+from pipeline.data.placeholders import PLACEHOLDER_RE, PLACEHOLDERS
 
 MAX_RUN = 3  # at most this many identical tokens in a row in an output
 
 URL = r"(?i:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*(?:\s|$))"
 EMAIL = r"(?<![\w.+-])[\w.+-]++@[\w-]+(?:\.[\w-]+)+"  # possessive, anchored: linear time
-SPAN_RE = re.compile(f"{URL}|{EMAIL}|{NUMBER}")
+PHONE = r"(?:\+\d{1,3}|\(\d{2,5}\))(?:[ -]?\d{2,})+"  # +49 30 1234567, (555) 123-4567
+ORDINAL = r"(?i:\d+(?:st|nd|rd|th))\b"  # 3rd -> 3. (German and Czech write ordinals so)
+# a number with what people type around it: a sign, a currency, a percent, dates 12/05/2023 and
+# 2023-05-12, ranges 5-10; the sign only where no word or number is glued to its left
+FORMATTED = r"(?:(?<![\w.,)])[-−+])?(?:[$€£¥]\s?)?\d+(?:[.,:/-]\d+)*(?:\s?[%€$£¥])?"
+MARKUP = r"</?[A-Za-z][^<>]*>|\*\*|__|\]\([^)\s]+\)|\[(?=[^\[\]]*\]\()"  # tags, **, __, [text](url)
+SPAN_RE = re.compile("|".join([URL, EMAIL, MARKUP, PHONE, ORDINAL, FORMATTED, PLACEHOLDER_RE.pattern]))
 MASK_RE = re.compile("\ue000(\\d+)\ue001")  # a masked span while splitting sentences
 LETTER_RE = re.compile(r"[^\W\d_]")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 CaseForm = Literal["upper", "title", "as_is"]
 Representable = Callable[[str], bool]
@@ -106,20 +120,35 @@ def foreign(ch: str) -> bool:
     return ch.isalpha() and not unicodedata.name(ch, "").startswith("LATIN")
 
 
-def protect(text: str, representable: Representable | None = None) -> tuple[str, list[str]]:
-    """Replace numbers, URLs, e-mails (and, given `representable(char)`, runs of characters the
-    tokenizer cannot represent) by `PLACEHOLDERS` in order of appearance; returns the new text and
-    the replaced spans (span i is behind `PLACEHOLDERS[i]`). Spans beyond the ninth stay in place."""
+def find_spans(text: str, representable: Representable | None = None) -> list[tuple[int, int]]:
+    """(start, end) of every span `protect` would replace, in order (there may be more than
+    `PLACEHOLDERS`)."""
     found = [m.span() for m in SPAN_RE.finditer(text)]
     if representable is not None:
         found += _unrepresentable_runs(text, representable, found)
-    found = sorted(found)[: len(PLACEHOLDERS)]
+    return sorted(found)
+
+
+def protect(text: str, representable: Representable | None = None) -> tuple[str, list[str]]:
+    """Replace numbers (with their signs, currencies, percent; dates, phone numbers, ordinals),
+    URLs, e-mails, markup (tags, `**`, `__`, the brackets of a Markdown link and its URL), literal
+    placeholders and, given `representable(char)`, runs of characters the tokenizer cannot
+    represent by `PLACEHOLDERS` in order of appearance; returns the new text and what each
+    placeholder stands for in the output (span i is behind `PLACEHOLDERS[i]`): the span itself, or
+    for an ordinal its German form (`3rd` -> `3.`). Spans beyond the ninth stay in place: split such
+    a text first (`pipeline.serving.translator.prepare` does)."""
     out, spans, last = [], [], 0
-    for start, end in found:
+    for start, end in find_spans(text, representable)[: len(PLACEHOLDERS)]:
         out += [text[last:start], PLACEHOLDERS[len(spans)]]
-        spans.append(text[start:end])
+        spans.append(output_form(text[start:end]))
         last = end
     return "".join(out) + text[last:], spans
+
+
+def output_form(span: str) -> str:
+    """How a protected span is written in the translation: an English ordinal becomes the German
+    one (`21st` -> `21.`), anything else stays verbatim."""
+    return re.sub(r"(?i)^(\d+)(?:st|nd|rd|th)$", r"\1.", span)
 
 
 def missing_placeholders(text: str, n_spans: int) -> int:
@@ -128,19 +157,24 @@ def missing_placeholders(text: str, n_spans: int) -> int:
 
 
 def restore(text: str, spans: list[str]) -> str:
-    """Put `spans` back in place of their placeholders (the first occurrence; repeats and unknown
-    placeholders are dropped); a span whose placeholder is missing is appended, so none is lost."""
-    tail = []
-    for i, span in enumerate(spans):
-        mark = PLACEHOLDERS[i]
-        if mark in text:
-            head, rest = text.split(mark, 1)
-            text = head + span + re.sub(f" ?{mark}", "", rest)
-        else:
-            tail.append(span)
-    text = re.sub(f" ?{PLACEHOLDER_RE.pattern}", "", text)
-    text = re.sub(r" {2,}", " ", " ".join([text.strip(), *tail])).strip()
-    return text
+    """Put `spans` back in place of their placeholders in one pass (the first occurrence of each;
+    repeats and unknown placeholders are dropped with the space before them); a span whose
+    placeholder is missing is appended, so none is lost. A span that looks like a placeholder
+    itself is put back verbatim."""
+    used: set[int] = set()
+
+    def put(match: re.Match) -> str:
+        i = int(match.group()[-2]) - 1  # " ｟N｠" -> N - 1
+        if i >= len(spans) or i in used:
+            return ""
+        used.add(i)
+        return match.group()[:-3] + spans[i]
+
+    text = re.sub(f" ?{PLACEHOLDER_RE.pattern}", put, text)
+    if any(re.fullmatch(r"\d+\.", span) for span in spans):  # a German ordinal ends the sentence
+        text = re.sub(r"(\d)\.\.(?!\.)", r"\1.", text)
+    tail = [span for i, span in enumerate(spans) if i not in used]
+    return re.sub(r" {2,}", " ", " ".join([text.strip(), *tail])).strip()
 
 
 def translatable(text: str) -> bool:
@@ -176,6 +210,23 @@ def restore_case(text: str, form: CaseForm) -> str:
     """The output in the input's case: upper-cased for "upper" input; German headlines are sentence
     case with capitalised nouns, which the model already writes, so "title" output is kept."""
     return text.upper() if form == "upper" else text
+
+
+def collapse_punctuation(text: str, source: str, max_run: int = MAX_RUN) -> str:
+    """A run of more than `max_run` copies of one punctuation mark (`)))))`, a degenerate decoding
+    loop between words) cut to one copy, unless the same run is in `source`."""
+
+    def cut(match: re.Match) -> str:
+        return match.group() if match.group() in source else match.group(1)
+
+    return re.sub(rf"([^\w\s])\1{{{max_run},}}", cut, text)
+
+
+def clean(line: str) -> str:
+    """`line` in Unicode NFC (a combining accent joins its letter: NFD `café` becomes `café`), with
+    control characters (NUL, escape, ...) removed and tabs as spaces."""
+    line = unicodedata.normalize("NFC", line).replace("\t", " ")
+    return CONTROL_RE.sub("", line)
 
 
 def collapse_repeats(text: str, max_run: int = MAX_RUN) -> str:

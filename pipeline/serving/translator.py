@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class Sentence:
     spans: list[str]
     form: textproc.CaseForm
     inputs: list[str]  # [] = nothing translatable: the sentence comes back unchanged
+    continues: bool = False  # a further part of a sentence with more spans than placeholders
 
 
 def _representable(tok: Tokenizer) -> textproc.Representable:
@@ -97,12 +99,15 @@ def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) 
     def count(word: str) -> int:
         return len(tok.encode(word))
 
+    def span_count(word: str) -> int:
+        return len(textproc.find_spans(word, representable))
+
     sentences = []
     for number, line in enumerate(lines):
-        for text in textproc.split_sentences(line):
+        for text, continues in spans_grouped(textproc.split_sentences(textproc.clean(line)), span_count):
             protected, spans = textproc.protect(text, representable)
             if not textproc.translatable(protected):
-                sentences.append(Sentence(number, text, spans, "as_is", []))
+                sentences.append(Sentence(number, text, spans, "as_is", [], continues))
                 continue
             form = textproc.case_form(protected)
             inputs = textproc.split_long(textproc.normalise_case(protected, form), count, limit)
@@ -112,8 +117,20 @@ def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) 
                     f"in {len(inputs)} pieces",
                     file=sys.stderr,
                 )
-            sentences.append(Sentence(number, text, spans, form, inputs))
+            sentences.append(Sentence(number, text, spans, form, inputs, continues))
     return sentences
+
+
+def spans_grouped(sentences: list[str], span_count: Callable[[str], int]) -> list[tuple[str, bool]]:
+    """(part, whether it continues the previous sentence) for `sentences`, each one that holds more
+    protected spans than there are placeholders cut at spaces into parts of at most
+    `len(PLACEHOLDERS)` spans (`span_count(word)` spans per word), each translated on its own, so
+    no span is left to the model."""
+    limit = len(textproc.PLACEHOLDERS)
+    grouped = [
+        [s] if span_count(s) <= limit else textproc.split_long(s, span_count, limit) for s in sentences
+    ]
+    return [(part, i > 0) for parts in grouped for i, part in enumerate(parts)]
 
 
 def finish(sentence: Sentence, outputs: list[str]) -> str:
@@ -122,6 +139,7 @@ def finish(sentence: Sentence, outputs: list[str]) -> str:
     if not sentence.inputs:
         return sentence.text
     german = textproc.collapse_repeats(" ".join(o for o in outputs if o))
+    german = textproc.collapse_punctuation(german, sentence.text)
     return textproc.restore(textproc.restore_case(german, sentence.form), sentence.spans)
 
 
@@ -143,7 +161,12 @@ def translate_sentences(
     for s in sentences:
         outputs = [next(german) for _ in s.inputs]
         missing += textproc.missing_placeholders(" ".join(outputs), len(s.spans)) if s.inputs else 0
-        per_line[s.line].append(finish(s, outputs))
+        done = per_line[s.line]
+        text = finish(s, outputs)
+        if s.continues:
+            done[-1] = f"{done[-1]} {text}"
+        else:
+            done.append(text)
     if missing:
         print(f"warning: {missing} protected span(s) dropped by the model were appended", file=sys.stderr)
     return per_line
