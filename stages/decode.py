@@ -63,7 +63,8 @@ def main(paths: dict[str, Path]) -> None:
         tracker.log_artifact(paths["time_machine_md"], "reports")
         for split in splits:
             tracker.log_artifact(tr.translation_path(out_dir, split, tgt), "reports/translations")
-        name, config = params.mlflow.model_name, {**cfg.model_dump(), "max_len": max_len}
+        config = {**cfg.model_dump(), "max_len": max_len, **params.serve.model_dump()}
+        name = params.mlflow.model_name
         version = log_translator(tracker.run_id, paths["model"], spm_model, config, name)
         print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
 

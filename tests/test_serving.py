@@ -17,6 +17,7 @@ import pytest
 import tiny
 
 NAME = "tiny-translator"
+LIMITS = {"max_inputs": 4, "max_chars": 200}  # the `serve` section, small for the test
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory):
         from pipeline.tracking import runs as tracking
 
         run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
-        config = DecodeConfig(beam_size=3, max_len_a=1.2, max_len_b=4).model_dump()
+        config = DecodeConfig(beam_size=3, max_len_a=1.2, max_len_b=4).model_dump() | LIMITS
         version = log_translator(run_id, files["ckpt"], files["spm"], config, NAME)
     return f"models:/{NAME}/{version}", uri
 
@@ -123,6 +124,13 @@ def test_served_model_answers_and_rejects_bad_requests(server) -> None:
     assert post(server, b'{"inputs": []}') == (200, {"predictions": []})
     bad = [
         b'{"inputs": ["A dog.", 7]}',
+        b'{"inputs": [1, 2]}',
+        b'{"inputs": ["A dog.", null]}',
+        b'{"inputs": [["A dog."]]}',
+        b'{"inputs": {"en": "A dog."}}',
+        b'{"inputs": "A dog runs."}',
+        json.dumps({"inputs": ["A dog."] * 5}).encode(),  # more than max_inputs
+        json.dumps({"inputs": ["A dog runs. " * 20]}).encode(),  # more than max_chars
         b'{"inputs": ["A dog."], "params": {"beam_size": 0}}',
         b'{"inputs": ["A dog."], "params": {"n_best": 9}}',
         b'{"inputs": ["A dog."], "params": {"beam_size": "five"}}',
@@ -131,5 +139,6 @@ def test_served_model_answers_and_rejects_bad_requests(server) -> None:
     for body_bytes in bad:
         status, body = post(server, body_bytes)
         assert 400 <= status < 500 and body.get("message"), (body_bytes, status, body)
+        assert "stack_trace" not in body and "Traceback" not in body["message"], body
     status, body = post(server, b'{"inputs": ["A dog."]}')
     assert status == 200 and len(body["predictions"]) == 1  # still up

@@ -207,6 +207,14 @@ class DecodeConfig(Section):
     batch_size: int = Field(default=64, gt=0)  # sentences per batch
 
 
+class ServeConfig(Section):
+    """The served MLflow model's request limits (logged with it by `decode`): a request beyond
+    them is answered with a 400 at once, before any translation."""
+
+    max_inputs: int = Field(default=256, gt=0)  # strings per request
+    max_chars: int = Field(default=5000, gt=0)  # characters per string
+
+
 class IncomingConfig(Section):
     """Stage `incoming`: user-supplied `en<TAB>de` files merged with Multi30k train."""
 
@@ -232,6 +240,7 @@ class Params(Section):
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+    serve: ServeConfig = ServeConfig()
     mlflow: MlflowConfig = MlflowConfig()
     promotion: PromotionConfig = PromotionConfig()
 

@@ -17,7 +17,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from pydantic import ValidationError
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import DecodeConfig, ServeConfig
 from pipeline.core.errors import PipelineError
 from pipeline.serving.translator import (
     MAX_SRC_PIECES,
@@ -74,13 +74,15 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
     translation (`n_best` 0, the default), or with `n_best` = K ≥ 1 the K best as
     `{"rank", "score", "translation"}` (score: the length-normalised log-probability). Loads and
     translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code).
-    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum). With
+    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum) and
+    the request limits (`ServeConfig` fields: strings per request, characters per string). With
     a `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the
     config's `compute_type` (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         config = dict(context.model_config or {})
         self.max_len = int(config.pop("max_len", MAX_SRC_PIECES))
+        self.limits = ServeConfig(**{k: config.pop(k) for k in ServeConfig.model_fields if k in config})
         compute_type = config.pop("compute_type", "int8")
         if "ct2" in context.artifacts:  # a CTranslate2 export logged beside the checkpoint
             self.engine = load_ct2_translator(
@@ -95,10 +97,10 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
 
         Raises:
             MlflowException: (INVALID_PARAMETER_VALUE, a 400 when served) an unknown or out-of-range
-                param, or an input that is not a string.
+                param, an input that is not a list of strings, or one beyond the `serve` limits.
         """
         cfg, n_best = request_config(self.cfg, params or {})
-        lines = [checked_line(i, line) for i, line in enumerate(model_input)]
+        lines = checked_lines(model_input, self.limits)
         if not n_best:
             return translate_lines(self.engine, lines, cfg, max_pieces=self.max_len)
         ranked = translate_lines_n_best(self.engine, lines, cfg, n_best, max_pieces=self.max_len)
@@ -133,15 +135,23 @@ def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeCo
     return cfg, n_best
 
 
-def checked_line(index: int, line: object) -> str:
-    """`line` when it is a string.
+def checked_lines(model_input: object, limits: ServeConfig) -> list[str]:
+    """`model_input` when it is a list of at most `limits.max_inputs` strings of at most
+    `limits.max_chars` characters each.
 
     Raises:
-        MlflowException: INVALID_PARAMETER_VALUE naming the input's index.
+        MlflowException: INVALID_PARAMETER_VALUE naming what is wrong (the input's index).
     """
-    if not isinstance(line, str):
-        raise bad_request(f"inputs[{index}]: expected a string, got {type(line).__name__}")
-    return line
+    if not isinstance(model_input, list):
+        raise bad_request(f"inputs: expected a list of strings, got {type(model_input).__name__}")
+    if len(model_input) > limits.max_inputs:
+        raise bad_request(f"inputs: {len(model_input)} strings, at most {limits.max_inputs} per request")
+    for index, line in enumerate(model_input):
+        if not isinstance(line, str):
+            raise bad_request(f"inputs[{index}]: expected a string, got {type(line).__name__}")
+        if len(line) > limits.max_chars:
+            raise bad_request(f"inputs[{index}]: {len(line)} characters, at most {limits.max_chars}")
+    return model_input
 
 
 def bad_request(message: str) -> MlflowException:
