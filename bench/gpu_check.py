@@ -1,4 +1,4 @@
-"""The GPU check (issue 16): CUDA tests, then the DAG's stages with a cut budget, into gpu.json.
+"""The GPU check: CUDA tests, then the DAG's stages with a cut budget, into gpu.json.
 
 Run through `bench/gpu_check.sh` (which installs the carried wheels first). In order:
 

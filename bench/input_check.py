@@ -1,4 +1,4 @@
-"""Issue-18 check on the trained model: files at batch speed, and what the input processing costs.
+"""A check on the trained model: files at batch speed, and what the input processing costs.
 
     python -m bench.input_check [--split test_2016_flickr]
 

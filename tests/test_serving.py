@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 import tiny
+
+from bench.serve_load import load, post, served
 
 NAME = "tiny-translator"
 LIMITS = {"max_inputs": 4, "max_chars": 200}  # the `serve` section, small for the test
@@ -71,46 +66,12 @@ def test_params_per_request(logged, monkeypatch) -> None:
             model.predict(["A dog."], params=params)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port: int, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/invocations", body, {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
-
-
 @pytest.fixture(scope="module")
-def server(logged, tmp_path_factory):
+def server(logged):
     """A real `mlflow models serve` of the logged model on 127.0.0.1 (one worker); its port."""
     model_uri, uri = logged
-    port = free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    env = os.environ | {"MLFLOW_TRACKING_URI": uri}
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
-           "-p", str(port), "-w", "1", "--env-manager", "local"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, Path(log.name).read_text()[-3000:]
-                time.sleep(1)
+    with served(model_uri, os.environ | {"MLFLOW_TRACKING_URI": uri}) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -142,3 +103,10 @@ def test_served_model_answers_and_rejects_bad_requests(server) -> None:
         assert "stack_trace" not in body and "Traceback" not in body["message"], body
     status, body = post(server, b'{"inputs": ["A dog."]}')
     assert status == 200 and len(body["predictions"]) == 1  # still up
+
+
+@pytest.mark.slow
+def test_load_test_reports_latency_and_throughput_without_errors(server) -> None:
+    figures = load(server, ["A man walks in the park.", "Two children play near 5 trees."], 2, 4.0, 1)
+    assert figures["errors"] == 0 and figures["requests"] >= 2
+    assert figures["sent_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]

@@ -1,0 +1,153 @@
+"""Load test of the served model: a real `mlflow models serve` on 127.0.0.1, concurrent clients
+for a fixed time.
+
+    python -m bench.serve_load --model-uri "models:/multi30k-en-de-transformer@candidate" \
+        [--clients 8] [--seconds 45] [--batch 1] [--split val]
+
+Each client posts the next sentences of the split (`--batch` per request) until the time is up,
+one request at a time. Prints and merges into `reports/bench.json` under `serve_load`: requests,
+errors (any answer but a 200 with one prediction per input, or no answer), sentences/s over the
+whole run, and the p50/p99 request latency in milliseconds. The tracking URI is the environment's
+(`MLFLOW_TRACKING_URI`), as for `mlflow models serve` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from itertools import cycle
+from pathlib import Path
+
+import torch
+
+from bench.common import command_line, record
+from pipeline.core.config import load_params
+from pipeline.core.errors import PipelineError, run_main
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def served(model_uri: str, env: dict | None = None, startup_s: float = 180) -> Iterator[int]:
+    """`mlflow models serve` of `model_uri` on 127.0.0.1 (one worker, the local environment) while
+    the body runs; yields its port once `/ping` answers.
+
+    Raises:
+        PipelineError: the server exited or did not answer within `startup_s` (with its log's end).
+    """
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
+           "-p", str(port), "-w", "1", "--env-manager", "local"]  # fmt: skip
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, env=env or os.environ, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(proc, port, log, startup_s)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def wait_until_up(proc: subprocess.Popen, port: int, log, startup_s: float) -> None:
+    deadline = time.monotonic() + startup_s
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5)
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise PipelineError(f"mlflow models serve did not come up:\n{log.read()[-3000:]}") from None
+            time.sleep(1)
+
+
+def post(port: int, body: bytes, timeout: float = 120) -> tuple[int, dict]:
+    """POST `body` to the server's /invocations: (HTTP status, the JSON answer; {} when none)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations", body, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def client(port: int, batches: list[list[str]], until: float) -> list[tuple[float, int, bool]]:
+    """Post `batches` in turn until `until` (monotonic time): (seconds, sentences, ok) per request."""
+    results = []
+    for batch in cycle(batches):
+        if time.monotonic() >= until:
+            return results
+        start = time.perf_counter()
+        try:
+            status, body = post(port, json.dumps({"inputs": batch}).encode())
+            ok = status == 200 and len(body.get("predictions", [])) == len(batch)
+        except OSError:
+            ok = False
+        results.append((time.perf_counter() - start, len(batch), ok))
+    return results
+
+
+def load(port: int, sentences: list[str], clients: int, seconds: float, batch: int) -> dict:
+    """`clients` concurrent clients for `seconds`, each on its own slice of `sentences`."""
+    batches = [sentences[i : i + batch] for i in range(0, len(sentences), batch)]
+    shares = [batches[i::clients] or batches for i in range(clients)]
+    start = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        done = list(pool.map(lambda share: client(port, share, start + seconds), shares))
+    wall = time.monotonic() - start
+    results = [r for per_client in done for r in per_client]
+    latencies = sorted(secs for secs, _, _ in results)
+    return {
+        "clients": clients,
+        "seconds": round(wall, 1),
+        "batch": batch,
+        "requests": len(results),
+        "errors": sum(not ok for _, _, ok in results),
+        "sent_s": round(sum(n for _, n, ok in results if ok) / wall, 2),
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model-uri", required=True, help="e.g. models:/multi30k-en-de-transformer@candidate")
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=45)
+    p.add_argument("--batch", type=int, default=1, help="sentences per request")
+    p.add_argument("--split", default="val", help="the Multi30k split whose English is sent")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out-dir", default="reports")
+    args = p.parse_args(argv)
+    from pipeline.data.multi30k import load_corpus
+
+    params = load_params(args.params)
+    sentences = list(load_corpus(params.download.out_dir)[args.split]["en"])
+    with served(args.model_uri) as port:
+        figures = load(port, sentences, args.clients, args.seconds, args.batch)
+    for name, value in figures.items():
+        print(f"{name:10s} {value}")
+    command = command_line("bench.serve_load", sys.argv[1:] if argv is None else argv)
+    record(Path(args.out_dir), "serve_load", command, {"serve_load": figures}, torch.device("cpu"))
+
+
+if __name__ == "__main__":
+    run_main(main)
