@@ -2,7 +2,8 @@
 (`download.tgt_lang`) sentences.
 
 Run from the repository root: `python -m stages.tokenizer`. Reads the corpus at `download.out_dir`
-(Multi30k only: incoming pairs never reach the tokenizer, so new data keeps the vocabulary) and writes `<tokenizer.out_dir>/spm.model` and `spm.vocab`.
+(Multi30k only: incoming pairs never reach the tokenizer, so new data keeps the vocabulary) and writes `<tokenizer.out_dir>/spm.model`, `spm.vocab` and `source_words.txt` (the English
+training words, lower-cased: translation protects capitalised words not in it as names).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datasets import DatasetDict
 from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.data.multi30k import SRC_LANG, TRAIN_SPLIT, load_corpus
-from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer, write_source_words
 
 
 def train_sentences(corpus: DatasetDict, tgt_lang: str = "de") -> Iterator[str]:
@@ -30,7 +31,8 @@ def main() -> None:
     model_path = train_tokenizer(
         train_sentences(corpus, params.download.tgt_lang), params.tokenizer.out_dir, params.tokenizer
     )
-    print(f"tokenizer: wrote {model_path} ({Tokenizer.load(model_path).vocab_size} pieces)")
+    words = write_source_words(corpus[TRAIN_SPLIT][SRC_LANG], params.tokenizer.out_dir)
+    print(f"tokenizer: wrote {model_path} ({Tokenizer.load(model_path).vocab_size} pieces) and {words}")
 
 
 if __name__ == "__main__":

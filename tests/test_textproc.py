@@ -146,3 +146,30 @@ def test_more_spans_than_placeholders_are_translated_in_parts(tok: Tokenizer) ->
     assert all(len(s.spans) <= len(ph.PLACEHOLDERS) for s in sentences)
     assert [s.continues for s in sentences] == [False] + [True] * (len(sentences) - 1)
     assert [span for s in sentences for span in s.spans] == [str(n) for n in range(11, 31)]
+
+
+def test_capitalised_words_the_training_data_never_had_are_names() -> None:
+    seen = {"a", "dog", "and", "are", "walking", "in", "the", "park", "skateboarders", "jump", "see"}
+    rule = lambda word: word.lower() not in seen  # noqa: E731
+    protected, spans = tp.protect("Rex, O'Brien and Müller are walking in the Park.", is_name=rule)
+    assert spans == ["Rex", "O'Brien", "Müller"] and "Park" in protected
+    assert tp.protect("Skateboarders jump. THE DOG", is_name=rule)[1] == []  # seen, or all capitals
+    assert tp.protect("See www.Example.com", is_name=rule)[1] == ["www.Example.com"]  # inside a span
+
+
+def test_source_words_are_written_and_loaded_beside_the_model(tok: Tokenizer, tmp_path: Path) -> None:
+    from pipeline.data.tokenizer import write_source_words
+
+    assert tok.source_words is None  # no list beside this model: no name rule
+    path = write_source_words(["A man's dog runs.", "Two T-Rex toys."], tmp_path)
+    assert path.read_text(encoding="utf-8").split() == ["a", "dog", "man's", "runs", "t-rex", "toys", "two"]
+    (tmp_path / "spm.model").write_bytes(tok.sp.serialized_model_proto())
+    assert Tokenizer.load(tmp_path / "spm.model").source_words == {
+        "a",
+        "dog",
+        "man's",
+        "runs",
+        "t-rex",
+        "toys",
+        "two",
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,6 +25,8 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # indexed by the ids above
 WORD_BOUNDARY = "\u2581"  # "▁": SentencePiece's space marker
 MODEL_NAME = "spm"  # files: <out_dir>/spm.model and spm.vocab
+SOURCE_WORDS = "source_words.txt"  # beside spm.model: the lower-cased English words of train
+WORD_RE = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # a word: letters, inner ' or - (O'Brien)
 
 
 def _trainer_options(cfg: TokenizerConfig) -> dict[str, object]:
@@ -94,6 +97,16 @@ def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: Tokenize
     return model_path
 
 
+def write_source_words(sentences: Iterable[str], out_dir: str | Path) -> Path:
+    """Write `<out_dir>/source_words.txt`: every word (`WORD_RE`) of the English training
+    `sentences`, lower-cased, sorted, one per line. Translation protects capitalised words not in
+    it as names (`pipeline.serving.textproc`). Returns the file's path."""
+    words = sorted({w.lower() for s in sentences for w in WORD_RE.findall(s)})
+    path = Path(out_dir) / SOURCE_WORDS
+    write_text(path, "".join(f"{w}\n" for w in words))
+    return path
+
+
 def _vocab_text(model_proto: bytes) -> str:
     """The `.vocab` listing SentencePiece writes: one `piece<TAB>score` line per id."""
     sp = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -101,12 +114,15 @@ def _vocab_text(model_proto: bytes) -> str:
 
 
 class Tokenizer:
-    """A trained SentencePiece model: text ↔ piece ids."""
+    """A trained SentencePiece model: text ↔ piece ids; `source_words` are the lower-cased English
+    training words when `source_words.txt` lies beside the model file, else None."""
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
-    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
-        self.sp = processor
+    def __init__(
+        self, processor: spm.SentencePieceProcessor, source_words: frozenset[str] | None = None
+    ) -> None:
+        self.sp, self.source_words = processor, source_words
         self._skip = {PAD_ID, BOS_ID, EOS_ID}
 
     @classmethod
@@ -128,7 +144,8 @@ class Tokenizer:
         ids = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise CheckpointError(f"{path}: special ids pad/unk/bos/eos are {ids}, expected (0, 1, 2, 3)")
-        return cls(sp)
+        words = path.with_name(SOURCE_WORDS)
+        return cls(sp, frozenset(words.read_text(encoding="utf-8").split()) if words.is_file() else None)
 
     @property
     def vocab_size(self) -> int:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from pipeline.core.config import DecodeConfig, ServeConfig
 from pipeline.core.errors import PipelineError
+from pipeline.data.tokenizer import SOURCE_WORDS
 from pipeline.serving.translator import (
     MAX_SRC_PIECES,
     load_ct2_translator,
@@ -176,6 +177,9 @@ def log_translator(
     and point the `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) at it. `decode_cfg`: `DecodeConfig` fields, optionally plus
     `max_len` and `compute_type`; `ct2_dir`: a CTranslate2 export to decode with. Returns the version."""
     artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
+    words = Path(spm_model).with_name(SOURCE_WORDS)
+    if words.is_file():  # logged beside spm.model, where Tokenizer.load finds it
+        artifacts["source_words"] = str(words)
     if ct2_dir is not None:
         artifacts["ct2"] = str(ct2_dir)
     client = tracking.client()  # also sets the tracking URI for mlflow.start_run

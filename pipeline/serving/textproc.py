@@ -36,6 +36,7 @@ from typing import Literal
 import sentencex
 
 from pipeline.data.placeholders import PLACEHOLDER_RE, PLACEHOLDERS
+from pipeline.data.tokenizer import WORD_RE
 
 MAX_RUN = 3  # at most this many identical tokens in a row in an output
 
@@ -54,6 +55,7 @@ CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 CaseForm = Literal["upper", "title", "as_is"]
 Representable = Callable[[str], bool]
+NameRule = Callable[[str], bool]  # whether a capitalised word is a name to copy verbatim
 
 
 # --------------------------------------------------------------------------- sentences
@@ -120,25 +122,44 @@ def foreign(ch: str) -> bool:
     return ch.isalpha() and not unicodedata.name(ch, "").startswith("LATIN")
 
 
-def find_spans(text: str, representable: Representable | None = None) -> list[tuple[int, int]]:
+def find_spans(
+    text: str, representable: Representable | None = None, is_name: NameRule | None = None
+) -> list[tuple[int, int]]:
     """(start, end) of every span `protect` would replace, in order (there may be more than
     `PLACEHOLDERS`)."""
     found = [m.span() for m in SPAN_RE.finditer(text)]
     if representable is not None:
         found += _unrepresentable_runs(text, representable, found)
+    if is_name is not None:
+        found += _names(text, is_name, found)
     return sorted(found)
 
 
-def protect(text: str, representable: Representable | None = None) -> tuple[str, list[str]]:
+def _names(text: str, is_name: NameRule, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, end) of each word outside `taken` that starts upper case, is not all capitals, and
+    that `is_name` accepts."""
+    inside = {i for a, b in taken for i in range(a, b)}
+    return [
+        m.span()
+        for m in WORD_RE.finditer(text)
+        if m.group()[0].isupper() and not m.group().isupper() and is_name(m.group())
+        and not inside.intersection(range(*m.span()))
+    ]  # fmt: skip
+
+
+def protect(
+    text: str, representable: Representable | None = None, is_name: NameRule | None = None
+) -> tuple[str, list[str]]:
     """Replace numbers (with their signs, currencies, percent; dates, phone numbers, ordinals),
     URLs, e-mails, markup (tags, `**`, `__`, the brackets of a Markdown link and its URL), literal
-    placeholders and, given `representable(char)`, runs of characters the tokenizer cannot
-    represent by `PLACEHOLDERS` in order of appearance; returns the new text and what each
+    placeholders, given `representable(char)` runs of characters the tokenizer cannot represent,
+    and given `is_name(word)` the capitalised words it calls names, by `PLACEHOLDERS` in order of
+    appearance; returns the new text and what each
     placeholder stands for in the output (span i is behind `PLACEHOLDERS[i]`): the span itself, or
     for an ordinal its German form (`3rd` -> `3.`). Spans beyond the ninth stay in place: split such
     a text first (`pipeline.serving.translator.prepare` does)."""
     out, spans, last = [], [], 0
-    for start, end in find_spans(text, representable)[: len(PLACEHOLDERS)]:
+    for start, end in find_spans(text, representable, is_name)[: len(PLACEHOLDERS)]:
         out += [text[last:start], PLACEHOLDERS[len(spans)]]
         spans.append(output_form(text[start:end]))
         last = end

@@ -91,21 +91,30 @@ def _representable(tok: Tokenizer) -> textproc.Representable:
     return check
 
 
+def unseen_name(tok: Tokenizer) -> textproc.NameRule | None:
+    """The name rule: a capitalised word the English training data never had (in any case) is a
+    name, copied verbatim (`tok.source_words`; None, no rule, without that list)."""
+    if tok.source_words is None:
+        return None
+    words = tok.source_words
+    return lambda word: word.lower() not in words
+
+
 def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) -> list[Sentence]:
     """Split, protect, case-normalise and chunk every line's sentences (see module docstring)."""
-    representable = _representable(tok)
+    representable, is_name = _representable(tok), unseen_name(tok)
     limit = max(1, max_pieces - 1)  # eos takes one position
 
     def count(word: str) -> int:
         return len(tok.encode(word))
 
     def span_count(word: str) -> int:
-        return len(textproc.find_spans(word, representable))
+        return len(textproc.find_spans(word, representable, is_name))
 
     sentences = []
     for number, line in enumerate(lines):
         for text, continues in spans_grouped(textproc.split_sentences(textproc.clean(line)), span_count):
-            protected, spans = textproc.protect(text, representable)
+            protected, spans = textproc.protect(text, representable, is_name)
             if not textproc.translatable(protected):
                 sentences.append(Sentence(number, text, spans, "as_is", [], continues))
                 continue
