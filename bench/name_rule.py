@@ -1,0 +1,76 @@
+"""The BLEU cost of the name rule on a split (val by default): the sentences it changes, decoded with
+and without it, side by side in one run.
+
+    python -m bench.name_rule [--checkpoint models/transformer/model.pt] [--spm models/spm/spm.model]
+        [--hyps reports/translations/val.hyp.de] [--split val]
+
+The rule (`pipeline.serving.translator.unseen_name`) needs `source_words.txt` beside the
+SentencePiece model (the tokenizer stage writes it; `--train-en` builds it from a file of English
+training sentences instead). Only the sentences it touches are decoded; BLEU of the whole split
+puts them into `--hyps` (the decode stage's translations of the split), so both figures differ
+only where the rule acts. Merges the figures into `reports/bench.json` under `name_rule`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from bench.common import command_line, record
+from pipeline.core.config import load_params
+from pipeline.core.metrics import score
+from pipeline.data.multi30k import load_corpus
+from pipeline.data.tokenizer import WORD_RE
+from pipeline.serving import textproc
+from pipeline.serving.translator import load_translator, translate_lines, unseen_name
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", default="models/transformer/model.pt")
+    p.add_argument("--spm", default="models/spm/spm.model")
+    p.add_argument("--hyps", default=None, help="the split's translations (default: the decode stage's)")
+    p.add_argument("--train-en", default=None, help="English training sentences, one per line")
+    p.add_argument("--split", default="val")
+    args = p.parse_args(argv)
+    params = load_params()
+    split = load_corpus(params.download.out_dir)[args.split]
+    en, refs = list(split["en"]), list(split[params.download.tgt_lang])
+    hyps_path = args.hyps or f"reports/translations/{args.split}.hyp.{params.download.tgt_lang}"
+    hyps = Path(hyps_path).read_text(encoding="utf-8").splitlines()
+    engine = load_translator(args.checkpoint, args.spm)
+    if args.train_en:
+        lines = Path(args.train_en).read_text(encoding="utf-8").splitlines()
+        engine.tokenizer.source_words = frozenset(w.lower() for s in lines for w in WORD_RE.findall(s))
+    rule = unseen_name(engine.tokenizer)
+    if rule is None:
+        raise SystemExit(f"error: no source_words.txt beside {args.spm}: give --train-en")
+    hit = [i for i, s in enumerate(en) if any(w[:1].isalpha() for w in textproc.protect(s, is_name=rule)[1])]
+    on = translate_lines(engine, [en[i] for i in hit], params.decode)
+    words, engine.tokenizer.source_words = engine.tokenizer.source_words, None
+    off = translate_lines(engine, [en[i] for i in hit], params.decode)
+    engine.tokenizer.source_words = words
+    full_off, full_on = list(hyps), list(hyps)
+    for k, i in enumerate(hit):
+        full_off[i], full_on[i] = off[k], on[k]
+    touched = [refs[i] for i in hit]
+    figures = {
+        "split": args.split,
+        "sentences_changed": len(hit),
+        "sentences": len(en),
+        "bleu_changed_without": round(score(off, touched)["bleu"], 2),
+        "bleu_changed_with": round(score(on, touched)["bleu"], 2),
+        "bleu_split_without": round(score(full_off, refs)["bleu"], 2),
+        "bleu_split_with": round(score(full_on, refs)["bleu"], 2),
+    }
+    for name, value in figures.items():
+        print(f"{name:22s} {value}")
+    command = command_line("bench.name_rule", sys.argv[1:] if argv is None else argv)
+    record("reports", "name_rule", command, {"name_rule": figures}, torch.device("cpu"))
+
+
+if __name__ == "__main__":
+    main()
