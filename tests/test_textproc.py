@@ -120,7 +120,7 @@ def test_long_lines_are_prepared_in_seconds(tok: Tokenizer, line: str) -> None:
 )
 def test_formatted_numbers_markup_and_literal_placeholders_are_spans(text: str, spans: list[str]) -> None:
     protected, found = tp.protect(text)
-    assert found == spans
+    assert [f.strip(tp.GLUE_NEXT + tp.GLUE_PREV) for f in found] == spans
     assert tp.restore(protected, found) == text.replace("1st", "1.").replace("3rd", "3")
 
 
@@ -173,3 +173,10 @@ def test_source_words_are_written_and_loaded_beside_the_model(tok: Tokenizer, tm
         "toys",
         "two",
     }
+
+
+def test_markup_glued_to_words_is_a_word_of_its_own_for_the_model() -> None:
+    protected, spans = tp.protect("A <b>big</b> dog, [a link](http://x.y) and **this**.")
+    assert protected == "A ｟1｠ big ｟2｠ dog, ｟3｠ a link ｟4｠ and ｟5｠ this ｟6｠."
+    german = "Ein ｟1｠ großer ｟2｠ Hund, ｟3｠ ein Link ｟4｠ und ｟5｠ dies ｟6｠."
+    assert tp.restore(german, spans) == "Ein <b>großer</b> Hund, [ein Link](http://x.y) und **dies**."

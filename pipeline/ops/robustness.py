@@ -5,7 +5,8 @@ have), `verbatim` (spans that must appear verbatim in the output, separated by `
 ` > ` when they must also come in that order, as markup around the words it wraps; empty for
 none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
 check). Every output must also have no whitespace token repeated more than `MAX_RUN` times in a
-row, no run of one punctuation mark longer than `MAX_RUN` that the input lacks, no control
+row, no run of one punctuation mark longer than `MAX_RUN` that the input lacks (outside the
+spans), no control
 character and no combining mark without its letter. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
 casing figure of the results page: the upper-cased source against upper-cased references. The
 `decode` stage computes both where the model runs (`write_figures`: numbers as a DVC metrics file,
@@ -84,14 +85,14 @@ def failures(case: Case, sentences: list[str]) -> list[str]:
         broken.append("spans out of order")
     if longest_run(text) > MAX_RUN:
         broken.append(f"a token repeated {longest_run(text)} times in a row")
-    runs = [m.group() for m in PUNCTUATION_RUN.finditer(text) if m.group() not in case.text]
-    if runs:
-        broken.append(f"punctuation run {runs[0]!r}")
     if CONTROL_OR_BARE_MARK.search(text):
         broken.append("a control character or a bare combining mark")
     rest = text
     for span in case.verbatim:
         rest = rest.replace(span, "")
+    runs = [m.group() for m in PUNCTUATION_RUN.finditer(rest) if m.group() not in case.text]
+    if runs:
+        broken.append(f"punctuation run {runs[0]!r}")
     if case.upper and re.search(r"[^\W\d_]", rest) and rest != rest.upper():
         broken.append("not upper case")
     return broken

@@ -47,11 +47,14 @@ ORDINAL = r"(?i:\d+(?:st|nd|rd|th))\b"  # 3rd -> 3. (German and Czech write ordi
 # a number with what people type around it: a sign, a currency, a percent, dates 12/05/2023 and
 # 2023-05-12, ranges 5-10; the sign only where no word or number is glued to its left
 FORMATTED = r"(?:(?<![\w.,)])[-−+])?(?:[$€£¥]\s?)?\d+(?:[.,:/-]\d+)*(?:\s?[%€$£¥])?"
-MARKUP = r"</?[A-Za-z][^<>]*>|\*\*|__|\]\([^)\s]+\)|\[(?=[^\[\]]*\]\()"  # tags, **, __, [text](url)
+MARKUP_TOKEN = r"</?[A-Za-z][^<>]*>|\*\*|__|\]\([^)\s]+\)"  # tags, **, __, a Markdown link's "](url)"
+MARKUP = MARKUP_TOKEN + r"|\[(?=[^\[\]]*\]\()"  # ... and its "[" (only before a "](")
+MARKUP_FULL_RE = re.compile(MARKUP_TOKEN + r"|\[")  # is a protected span markup?
+GLUE_NEXT, GLUE_PREV = "\ue002", "\ue003"  # in a span's output form: join it to the next / previous word
 SPAN_RE = re.compile("|".join([URL, EMAIL, MARKUP, PHONE, ORDINAL, FORMATTED, PLACEHOLDER_RE.pattern]))
 MASK_RE = re.compile("\ue000(\\d+)\ue001")  # a masked span while splitting sentences
 LETTER_RE = re.compile(r"[^\W\d_]")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ue000-\ue003]")  # and the private marks used here
 
 CaseForm = Literal["upper", "title", "as_is"]
 Representable = Callable[[str], bool]
@@ -154,16 +157,34 @@ def protect(
     URLs, e-mails, markup (tags, `**`, `__`, the brackets of a Markdown link and its URL), literal
     placeholders, given `representable(char)` runs of characters the tokenizer cannot represent,
     and given `is_name(word)` the capitalised words it calls names, by `PLACEHOLDERS` in order of
-    appearance; returns the new text and what each
-    placeholder stands for in the output (span i is behind `PLACEHOLDERS[i]`): the span itself, or
-    for an ordinal its German form (`3rd` -> `3.`). Spans beyond the ninth stay in place: split such
-    a text first (`pipeline.serving.translator.prepare` does)."""
-    out, spans, last = [], [], 0
+    appearance; returns the new text and what each placeholder stands for in the output (span i
+    is behind `PLACEHOLDERS[i]`): the span itself, or for an ordinal its German form (`3rd` ->
+    `3.`). Markup glued to a word is given to the model as a word of its own (`<b>big</b>` ->
+    `｟1｠ big ｟2｠`, as the model saw placeholders in training) and glued back by `restore`.
+    Spans beyond the ninth stay in place: split such a text first
+    (`pipeline.serving.translator.prepare` does)."""
+    out, spans, last, opened = [], [], 0, set()
     for start, end in find_spans(text, representable, is_name)[: len(PLACEHOLDERS)]:
-        out += [text[last:start], PLACEHOLDERS[len(spans)]]
-        spans.append(output_form(text[start:end]))
+        span, before, after = text[start:end], "", ""
+        form = output_form(span)
+        if MARKUP_FULL_RE.fullmatch(span):
+            if _opens(span, opened) and text[end : end + 1].strip():
+                after, form = " ", form + GLUE_NEXT
+            elif not _opens(span, opened) and text[start - 1 : start].strip():
+                before, form = " ", GLUE_PREV + form
+            opened ^= {span} if span in ("**", "__") else set()
+        out += [text[last:start], before, PLACEHOLDERS[len(spans)], after]
+        spans.append(form)
         last = end
     return "".join(out) + text[last:], spans
+
+
+def _opens(markup: str, opened: set[str]) -> bool:
+    """Whether `markup` opens a span of text (`<b>`, `[`, the first `**` of a pair) rather than
+    closing one (`</b>`, `](url)`, the second `**`); `opened` holds the `**`/`__` now open."""
+    if markup in ("**", "__"):
+        return markup not in opened
+    return not markup.startswith(("</", "]"))
 
 
 def output_form(span: str) -> str:
@@ -195,7 +216,8 @@ def restore(text: str, spans: list[str]) -> str:
     if any(re.fullmatch(r"\d+\.", span) for span in spans):  # a German ordinal ends the sentence
         text = re.sub(r"(\d)\.\.(?!\.)", r"\1.", text)
     tail = [span for i, span in enumerate(spans) if i not in used]
-    return re.sub(r" {2,}", " ", " ".join([text.strip(), *tail])).strip()
+    text = re.sub(r" {2,}", " ", " ".join([text.strip(), *tail])).strip()
+    return re.sub(f" *{GLUE_PREV}", "", re.sub(f"{GLUE_NEXT} *", "", text))
 
 
 def translatable(text: str) -> bool:
