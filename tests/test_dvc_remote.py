@@ -7,7 +7,6 @@ temporary remote set in each clone's Git-ignored `.dvc/config.local`."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # tests/ is on sys.path (pytest rootdir-less import): the scratch copy of the smoke DAG
-from test_smoke_dag import MIRROR, REPO, repo_copy, write_params
+from test_smoke_dag import MIRROR, REPO, dag_env, repo_copy, write_params
 
 STORE = "mt-pipeline-dvc-store"  # the default remote's folder, beside the checkout
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
@@ -50,13 +49,7 @@ def remotes(work: Path, env: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
-    return {
-        **os.environ,
-        "MULTI30K_MIRROR": str(MIRROR),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "DVC_NO_ANALYTICS": "1",
-    }
+    return dag_env(tmp_path_factory.mktemp("mlflow") / "mlflow.db") | {"DVC_NO_ANALYTICS": "1"}
 
 
 def test_default_remote_is_a_folder_beside_the_checkout(tmp_path, env):

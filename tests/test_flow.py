@@ -272,19 +272,14 @@ def task_run_logs(task_run_id) -> list:
 def smoke_before_train(tmp_path_factory) -> tuple[Path, dict]:
     """(work dir, env): a scratch copy of the repository with tests/smoke_params.yaml (MLflow off),
     every stage before `train` reproduced."""
-    from test_smoke_dag import MIRROR, repo_copy, write_params
+    from test_smoke_dag import MIRROR, dag_env, repo_copy, write_params
 
     if not MIRROR.is_dir():
         pytest.skip(f"Multi30k mirror {MIRROR} absent")
     root = tmp_path_factory.mktemp("smoke_flow")
     work = repo_copy(root / "repo")
     write_params(work, mlflow={"enabled": False})
-    env = {
-        **os.environ,
-        "MULTI30K_MIRROR": str(MIRROR),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
+    env = dag_env(root / "mlflow.db")
     cmd = [sys.executable, "-m", "dvc", "repro", "incoming", "tokenizer", "warmup_train"]
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

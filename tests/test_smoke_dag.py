@@ -34,6 +34,17 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
+def dag_env(mlflow_db: Path | None = None) -> dict:
+    """The environment a scratch DAG runs in: the Multi30k mirror, this venv first on PATH, and a
+    tracking URI of its own (`mlflow_db`) when given."""
+    env = {
+        **os.environ,
+        "MULTI30K_MIRROR": str(MIRROR),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    return env | ({"MLFLOW_TRACKING_URI": f"sqlite:///{mlflow_db}"} if mlflow_db else {})
+
+
 def repo_copy(dest: Path) -> Path:
     """Copy the tracked and untracked-but-not-ignored files (no data, models or reports outputs)."""
     files = subprocess.run(
@@ -64,12 +75,7 @@ def smoke(tmp_path_factory, french_repro):
     root = tmp_path_factory.mktemp("smoke")
     work = repo_copy(root / "repo")
     write_params(work, mlflow={"model_name": MODEL_NAME})
-    env = {
-        **os.environ,
-        "MULTI30K_MIRROR": str(MIRROR),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
+    env = dag_env(root / "mlflow.db")
     run = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=900)
     french_repro[2].wait(timeout=900)  # so that it does not slow the Prefect server tests below
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -263,11 +269,7 @@ def french_repro(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke_fr")
     work = repo_copy(root / "repo")
     write_params(work, **FR_OVERRIDES)
-    env = {
-        **os.environ,
-        "MULTI30K_MIRROR": str(MIRROR),
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }
+    env = dag_env()
     log = root / "repro.log"
     with log.open("w") as out:
         proc = subprocess.Popen(["dvc", "repro"], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
