@@ -110,3 +110,22 @@ def test_load_test_reports_latency_and_throughput_without_errors(server) -> None
     figures = load(server, ["A man walks in the park.", "Two children play near 5 trees."], 2, 4.0, 1)
     assert figures["errors"] == 0 and figures["requests"] >= 2
     assert figures["sent_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
+
+
+def test_a_request_past_its_time_limit_stops(logged, monkeypatch) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.core.config import ServeConfig
+    from pipeline.serving.pyfunc import CHUNK_INPUTS
+
+    model_uri, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    model = mlflow.pyfunc.load_model(model_uri)
+    python_model = model.unwrap_python_model()
+    python_model.limits = ServeConfig(max_inputs=100, max_seconds=1e-6)
+    translated = []
+    monkeypatch.setattr(python_model, "translate", lambda lines, *a: translated.extend(lines) or lines)
+    with pytest.raises(MlflowException, match="stopped after 16 of 40 inputs: it ran past serve.max_seconds"):
+        python_model.predict(["A dog."] * 40)
+    assert len(translated) == CHUNK_INPUTS  # the rest was never translated

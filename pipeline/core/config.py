@@ -213,6 +213,7 @@ class ServeConfig(Section):
 
     max_inputs: int = Field(default=256, gt=0)  # strings per request
     max_chars: int = Field(default=5000, gt=0)  # characters per string
+    max_seconds: float = Field(default=50.0, gt=0.0)  # a request stops past it (MLflow's own -t: 60 s)
 
 
 class IncomingConfig(Section):

@@ -8,13 +8,14 @@ SentencePiece model, its model config the beam-search settings (`DecodeConfig` f
 
 from __future__ import annotations
 
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import mlflow
 from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
 from pydantic import ValidationError
 
 from pipeline.core.config import DecodeConfig, ServeConfig
@@ -63,6 +64,7 @@ def requirements(requirements_txt: Path | None = None) -> list[str]:
 
 
 REQUEST_PARAMS = ("beam_size", "length_penalty", "n_best")  # what a request may set (`params`)
+CHUNK_INPUTS = 16  # inputs translated between two checks of the request's time limit
 INPUT_EXAMPLE = ["A man is walking his dog in the park."]
 
 
@@ -94,24 +96,38 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
         self.cfg = DecodeConfig(**config)
 
     def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
-        """Translate `model_input`; see the class docstring for `params` and the output.
+        """Translate `model_input`; see the class docstring for `params` and the output. The
+        inputs are translated `CHUNK_INPUTS` at a time; past `serve.max_seconds` the request
+        stops before the next chunk, so an abandoned request does not go on using the CPU.
 
         Raises:
             MlflowException: (INVALID_PARAMETER_VALUE, a 400 when served) an unknown or out-of-range
-                param, an input that is not a list of strings, or one beyond the `serve` limits.
+                param, an input that is not a list of strings, or one beyond the `serve` limits;
+                (DEADLINE_EXCEEDED, a 504) the request ran past `serve.max_seconds`.
         """
         cfg, n_best = request_config(self.cfg, params or {})
         lines = checked_lines(model_input, self.limits)
+        deadline = time.monotonic() + self.limits.max_seconds
+        out: list[Any] = []
+        for start in range(0, len(lines), CHUNK_INPUTS):
+            if start and time.monotonic() > deadline:
+                raise MlflowException(
+                    f"request stopped after {start} of {len(lines)} inputs: it ran past "
+                    f"serve.max_seconds ({self.limits.max_seconds:g} s)",
+                    error_code=DEADLINE_EXCEEDED,
+                )
+            out += self.translate(lines[start : start + CHUNK_INPUTS], cfg, n_best)
+        return out
+
+    def translate(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
+        """`lines` translated (`n_best` 0) or ranked (`n_best` K), as `predict` returns them."""
         if not n_best:
             return translate_lines(self.engine, lines, cfg, max_pieces=self.max_len)
         ranked = translate_lines_n_best(self.engine, lines, cfg, n_best, max_pieces=self.max_len)
         return [
-            [
-                {"rank": k, "score": round(score, 4), "translation": text}
-                for k, (text, score) in enumerate(entries, 1)
-            ]
+            [{"rank": k, "score": round(score, 4), "translation": text} for k, (text, score) in enumerate(entries, 1)]
             for entries in ranked
-        ]
+        ]  # fmt: skip
 
 
 def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeConfig, int]:
