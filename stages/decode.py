@@ -3,7 +3,8 @@ time-machine table, and the robustness figures (where the model runs, so the rep
 
 Usage: `python -m stages.decode` followed by the paths `ARGS` names, in that order (dvc.yaml passes
 them).
-Reads params `decode`, `train.max_len`, `download`, `tokenizer.out_dir`, `mlflow`. Translates
+Reads params `decode`, `serve` (the request limits logged with the pyfunc), `train.max_len`,
+`download`, `tokenizer.out_dir`, `mlflow`. Translates
 through `pipeline.serving.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
 files (splits the target language lacks are skipped, with a message); the time-machine table only for
 German (the seed's outputs are German; otherwise the file says so). When RUN_ID_FILE names an MLflow

@@ -180,3 +180,15 @@ def test_markup_glued_to_words_is_a_word_of_its_own_for_the_model() -> None:
     assert protected == "A ｟1｠ big ｟2｠ dog, ｟3｠ a link ｟4｠ and ｟5｠ this ｟6｠."
     german = "Ein ｟1｠ großer ｟2｠ Hund, ｟3｠ ein Link ｟4｠ und ｟5｠ dies ｟6｠."
     assert tp.restore(german, spans) == "Ein <b>großer</b> Hund, [ein Link](http://x.y) und **dies**."
+
+
+def test_a_long_span_list_is_cut_between_spans_never_inside_one() -> None:
+    text = (
+        "Call +49 30 1234567, " + ", ".join(f"{n} cats" for n in range(10, 20)) + " and <a href='x y'>me</a>."
+    )
+    spans = tp.find_spans(text)
+    parts = tp.split_between_spans(text, spans, 9)
+    assert len(parts) == 2 and " ".join(parts) == text
+    assert all(len(tp.find_spans(p)) <= 9 for p in parts) and "+49 30 1234567" in parts[0]
+    assert tp.split_between_spans("A 1 b.", tp.find_spans("A 1 b."), 9) == ["A 1 b."]
+    assert tp.protect("[http://a.b](http://a.b)")[1][1] == "http://a.b"  # a URL stops at "]("

@@ -28,11 +28,11 @@ EXIT_SIGINT = 128 + signal.SIGINT  # 130: the shell's status for a command ended
 EXIT_SIGPIPE = 128 + signal.SIGPIPE  # 141: the shell's status for a writer whose reader went away
 
 
-def run_main(main: Callable[[], None]) -> None:
-    """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1.
-
-    A closed stdout (`... | head -1`) ends it quietly with exit 141, Ctrl-C with exit 130: no
-    traceback either way.
+def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
+    """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1,
+    Ctrl-C a quiet exit 130. With `stdout_pipe` (a command whose output is meant for a pipe), a
+    closed stdout (`... | head -1`) ends it quietly with exit 141; elsewhere a `BrokenPipeError`
+    (a socket, say) is an error like any other.
 
     Raises:
         SystemExit: on a `PipelineError` (1), a closed stdout (141) or Ctrl-C (130); any other
@@ -40,11 +40,14 @@ def run_main(main: Callable[[], None]) -> None:
     """
     try:
         main()
-        sys.stdout.flush()  # a reader that went away shows here at the latest, not at exit
+        if stdout_pipe:
+            sys.stdout.flush()  # a reader that went away shows here at the latest, not at exit
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except BrokenPipeError:
+        if not stdout_pipe:
+            raise
         _silence_stdout()
         raise SystemExit(EXIT_SIGPIPE) from None
     except KeyboardInterrupt:

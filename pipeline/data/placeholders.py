@@ -17,7 +17,7 @@ from pipeline.data.languages import SOURCE, target
 PLACEHOLDERS = tuple(f"\uff5f{i}\uff60" for i in range(1, 10))  # ｟1｠ .. ｟9｠
 PAIR_WORD_RATE = 0.3  # share of eligible training pairs whose number words become placeholders
 NUMBER = r"\d+(?:[.,:]\d+)*"
-PLACEHOLDER_RE = re.compile("\uff5f\\d\uff60")
+PLACEHOLDER_RE = re.compile("\uff5f[1-9]\uff60")
 
 
 def _number_word(text: str, words: tuple[str, ...]) -> re.Match | None:

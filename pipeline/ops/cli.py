@@ -251,4 +251,4 @@ def main(argv: list[str] | None = None) -> None:
 
 def console() -> None:
     """Entry point of the `mt-translate` console script."""
-    run_main(main)
+    run_main(main, stdout_pipe=True)

@@ -1,9 +1,11 @@
 """The final model as an MLflow model that translates raw English strings, and its registration.
 
-`TranslatorPyfunc` is an MLflow pyfunc: its artifacts are the checkpoint (`model.pt`) and the
-SentencePiece model, its model config the beam-search settings (`DecodeConfig` fields); the
-`pipeline` package travels with it as code, so `mlflow.pyfunc.load_model` and
-`mlflow models predict/serve` need only this repository's requirements.
+`TranslatorPyfunc` is an MLflow pyfunc: its artifacts are the checkpoint (`model.pt`), the
+SentencePiece model with the English training words beside it (`source_words.txt`, for the name
+rule) and optionally a CTranslate2 export; its model config the beam-search settings
+(`DecodeConfig` fields) and the request limits (`ServeConfig` fields). The `pipeline` package
+travels with it as code, so `mlflow.pyfunc.load_model` and `mlflow models predict/serve` need only
+this repository's requirements.
 """
 
 from __future__ import annotations
@@ -175,10 +177,11 @@ def bad_request(message: str) -> MlflowException:
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
 
 
-def signature_example() -> tuple[list[str], dict[str, Any]]:
-    """The input example logged with the model: a sentence and every request param at its default."""
-    return INPUT_EXAMPLE, {"beam_size": DecodeConfig().beam_size, "length_penalty": DecodeConfig().length_penalty,
-                           "n_best": 0}  # fmt: skip
+def signature_example(decode_cfg: dict) -> tuple[list[str], dict[str, Any]]:
+    """The input example logged with the model: a sentence, and every request param at the logged
+    config's value (MLflow fills a param a request leaves out from this example)."""
+    return INPUT_EXAMPLE, {"beam_size": int(decode_cfg["beam_size"]),
+                           "length_penalty": float(decode_cfg["length_penalty"]), "n_best": 0}  # fmt: skip
 
 
 def log_translator(
@@ -191,7 +194,8 @@ def log_translator(
 ) -> str:
     """Log the translator pyfunc to run `run_id`, register it as a new version of `model_name`
     and point the `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) at it. `decode_cfg`: `DecodeConfig` fields, optionally plus
-    `max_len` and `compute_type`; `ct2_dir`: a CTranslate2 export to decode with. Returns the version."""
+    `max_len`, `compute_type` and the `ServeConfig` fields (request limits; defaults without them);
+    `ct2_dir`: a CTranslate2 export to decode with. Returns the version."""
     artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
     words = Path(spm_model).with_name(SOURCE_WORDS)
     if words.is_file():  # logged beside spm.model, where Tokenizer.load finds it
@@ -207,7 +211,7 @@ def log_translator(
             model_config=decode_cfg,
             code_paths=[str(PACKAGE_DIR)],
             pip_requirements=requirements(),
-            input_example=signature_example(),
+            input_example=signature_example(decode_cfg),
             registered_model_name=model_name,
         )
     version = str(info.registered_model_version)

@@ -14,7 +14,8 @@ goes through `pipeline.serving.translator.translate_lines`, which uses the piece
   currencies, percent; dates such as 12/05/2023 and 2023-05-12, phone numbers, ranges; ordinals,
   written the German way: `3rd` -> `3.`), URLs, e-mail addresses, markup (HTML tags, `**`, `__`,
   the brackets and URL of a Markdown link, so the link text is translated), literal placeholders,
-  and runs of characters the SentencePiece model cannot represent or that are `foreign` (other
+  names (capitalised words the English training data never had: `source_words.txt`), and runs of
+  characters the SentencePiece model cannot represent or that are `foreign` (other
   scripts, emoji) are replaced by the placeholders `PLACEHOLDERS` (SentencePiece user-defined
   symbols: one piece each, untouched by its NFKC normalisation) and put back after translation.
   A placeholder the model dropped gets its span appended, so nothing is lost; a sentence with more
@@ -40,7 +41,7 @@ from pipeline.data.tokenizer import WORD_RE
 
 MAX_RUN = 3  # at most this many identical tokens in a row in an output
 
-URL = r"(?i:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*(?:\s|$))"
+URL = r"(?i:https?://|www\.)[^\s\]]+?(?=[.,;:!?)\"']*(?:\s|$|\]))"  # ends before a Markdown "]("
 EMAIL = r"(?<![\w.+-])[\w.+-]++@[\w-]+(?:\.[\w-]+)+"  # possessive, anchored: linear time
 PHONE = r"(?:\+\d{1,3}|\(\d{2,5}\))(?:[ -]?\d{2,})+"  # +49 30 1234567, (555) 123-4567
 ORDINAL = r"(?i:\d+(?:st|nd|rd|th))\b"  # 3rd -> 3. (German and Czech write ordinals so)
@@ -79,6 +80,22 @@ def split_sentences(line: str) -> list[str]:
     masked = SPAN_RE.sub(mask, line)
     sentences = [s.strip() for s in sentencex.segment("en", masked) if s.strip()]
     return [MASK_RE.sub(lambda m: spans[int(m.group(1))], s) for s in sentences]
+
+
+def split_between_spans(text: str, spans: list[tuple[int, int]], limit: int) -> list[str]:
+    """`text` cut into parts of at most `limit` of its `spans` ((start, end), in order), each cut at
+    the last space between two spans (the last after a `,;:` if any); where two spans have no space
+    between them the part grows past `limit`. Returns `[text]` when it holds at most `limit`."""
+    parts, begin = [], 0
+    for k in range(limit, len(spans), limit):
+        gap_start = spans[k - 1][1]
+        gap = text[gap_start : spans[k][0]]
+        after_mark = list(re.finditer(r"(?<=[,;:])\s", gap))
+        space = (after_mark or list(re.finditer(r"\s", gap)) or [None])[-1]  # the last such space
+        if space is not None and gap_start + space.start() > begin:
+            parts.append(text[begin : gap_start + space.start()].strip())
+            begin = gap_start + space.start()
+    return [p for p in [*parts, text[begin:].strip()] if p]
 
 
 def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:

@@ -108,12 +108,12 @@ def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) 
     def count(word: str) -> int:
         return len(tok.encode(word))
 
-    def span_count(word: str) -> int:
-        return len(textproc.find_spans(word, representable, is_name))
+    def find(text: str) -> list[tuple[int, int]]:
+        return textproc.find_spans(text, representable, is_name)
 
     sentences = []
     for number, line in enumerate(lines):
-        for text, continues in spans_grouped(textproc.split_sentences(textproc.clean(line)), span_count):
+        for text, continues in spans_grouped(textproc.split_sentences(textproc.clean(line)), find):
             protected, spans = textproc.protect(text, representable, is_name)
             if not textproc.translatable(protected):
                 sentences.append(Sentence(number, text, spans, "as_is", [], continues))
@@ -130,15 +130,14 @@ def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) 
     return sentences
 
 
-def spans_grouped(sentences: list[str], span_count: Callable[[str], int]) -> list[tuple[str, bool]]:
+def spans_grouped(
+    sentences: list[str], find: Callable[[str], list[tuple[int, int]]]
+) -> list[tuple[str, bool]]:
     """(part, whether it continues the previous sentence) for `sentences`, each one that holds more
-    protected spans than there are placeholders cut at spaces into parts of at most
-    `len(PLACEHOLDERS)` spans (`span_count(word)` spans per word), each translated on its own, so
-    no span is left to the model."""
+    protected spans (`find(sentence)`) than there are placeholders cut between spans into parts of
+    at most `len(PLACEHOLDERS)`, each translated on its own, so no span is left to the model."""
     limit = len(textproc.PLACEHOLDERS)
-    grouped = [
-        [s] if span_count(s) <= limit else textproc.split_long(s, span_count, limit) for s in sentences
-    ]
+    grouped = [textproc.split_between_spans(s, find(s), limit) for s in sentences]
     return [(part, i > 0) for parts in grouped for i, part in enumerate(parts)]
 
 
