@@ -41,7 +41,7 @@ def test_signature_and_input_example_are_logged(logged, monkeypatch) -> None:
     info = mlflow.models.get_model_info(model_uri)
     assert info.signature.inputs.to_dict() == [{"type": "string", "required": True}]  # list[str]
     params = {p.name: p.default for p in info.signature.params}
-    assert params == {"beam_size": 5, "length_penalty": 1.4, "n_best": 0}
+    assert params == {"beam_size": 3, "length_penalty": 1.4, "n_best": 0}  # the logged decode config
     assert info.saved_input_example_info is not None
 
 
