@@ -20,9 +20,8 @@ from pathlib import Path
 import torch
 import yaml
 from datasets import DatasetDict
-from pydantic import ValidationError
 
-from pipeline.core.config import ModelConfig, Params, load_params
+from pipeline.core.config import FieldError, ModelConfig, Params, load_params, with_updates
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
 from pipeline.data.multi30k import load_corpus
@@ -88,9 +87,9 @@ def parse_override(text: str) -> dict:
 def model_config(base: ModelConfig, **fields) -> ModelConfig:
     """`base` with `fields` replaced, validated (an unknown field is an error)."""
     try:
-        return ModelConfig.model_validate({**base.model_dump(), **fields})
-    except ValidationError as exc:
-        raise ConfigError(f"model config: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+        return with_updates(base, fields)
+    except FieldError as err:
+        raise ConfigError(f"model config: {err}") from None
 
 
 def named_configs(params: Params, names: Sequence[str], override: dict) -> dict[str, ModelConfig]:

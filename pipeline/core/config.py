@@ -9,7 +9,7 @@ message naming the file and the dotted field, e.g.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import (
@@ -53,6 +53,9 @@ def _number_kind(annotation: Any) -> str | None:
     if int in types:
         return "integer"
     return "number" if float in types else None
+
+
+S = TypeVar("S", bound=Section)
 
 
 class DownloadConfig(Section):
@@ -244,6 +247,28 @@ class Params(Section):
     serve: ServeConfig = ServeConfig()
     mlflow: MlflowConfig = MlflowConfig()
     promotion: PromotionConfig = PromotionConfig()
+
+
+class FieldError(ConfigError):
+    """One field of a section is invalid: `field` (its name) and `reason` (pydantic's message)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+def with_updates(section: S, updates: dict) -> S:
+    """`section` with `updates` replaced, validated like params.yaml (an unknown field is an error).
+
+    Raises:
+        FieldError: the first invalid field and why.
+    """
+    try:
+        return type(section).model_validate({**section.model_dump(), **updates})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise FieldError(field, first["msg"].replace("Value error, ", "")) from None
 
 
 def _one_line(err: ValidationError, path: Path) -> str:

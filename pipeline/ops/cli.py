@@ -20,9 +20,8 @@ from itertools import islice
 from pathlib import Path
 
 import torch
-from pydantic import ValidationError
 
-from pipeline.core.config import DecodeConfig, Params, load_params
+from pipeline.core.config import DecodeConfig, FieldError, Params, load_params, with_updates
 from pipeline.core.device import pick_device
 from pipeline.core.errors import ConfigError, PipelineError, run_main
 from pipeline.data.tokenizer import model_file
@@ -108,11 +107,9 @@ def decode_config(base: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:
     """
     updates = {k: getattr(args, k) for k in DECODE_FLAGS if getattr(args, k) is not None}
     try:
-        return DecodeConfig.model_validate({**base.model_dump(), **updates})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        flag = "--" + str(err["loc"][0]).replace("_", "-")
-        raise ConfigError(f"{flag}: {err['msg']}") from None
+        return with_updates(base, updates)
+    except FieldError as err:
+        raise ConfigError(f"--{err.field.replace('_', '-')}: {err.reason}") from None
 
 
 def check_beam_fits(beam_size: int, vocab_size: int, args: argparse.Namespace) -> None:

@@ -18,9 +18,8 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
-from pydantic import ValidationError
 
-from pipeline.core.config import DecodeConfig, ServeConfig
+from pipeline.core.config import DecodeConfig, FieldError, ServeConfig, with_updates
 from pipeline.core.errors import PipelineError
 from pipeline.data.tokenizer import SOURCE_WORDS
 from pipeline.serving.translator import (
@@ -144,10 +143,9 @@ def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeCo
         raise bad_request(f"params: unknown {', '.join(unknown)} (allowed: {', '.join(REQUEST_PARAMS)})")
     updates = {k: params[k] for k in ("beam_size", "length_penalty") if params.get(k) is not None}
     try:
-        cfg = DecodeConfig.model_validate({**base.model_dump(), **updates})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise bad_request(f"params.{err['loc'][0]}: {err['msg']}") from None
+        cfg = with_updates(base, updates)
+    except FieldError as err:
+        raise bad_request(f"params.{err}") from None
     n_best = params.get("n_best") or 0
     if not isinstance(n_best, int) or isinstance(n_best, bool) or not 0 <= n_best <= cfg.beam_size:
         raise bad_request(f"params.n_best: must be an integer from 0 to the beam size {cfg.beam_size}")
