@@ -21,7 +21,7 @@ import datasets
 from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
-from pipeline.data.incoming import ignored_entries, merge_folder, write_merged
+from pipeline.data.incoming import ignored_entries, merge_folder
 from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 
@@ -38,8 +38,7 @@ def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
     ]
     for path, why in ignored_entries(incoming_dir):
         print(f"warning: {path}: ignored ({why})", file=sys.stderr)
-    merged, counts = merge_folder(incoming_dir, train, held_out, tgt)
-    write_merged(merged_jsonl, merged, tgt)
+    counts = merge_folder(incoming_dir, train, held_out, merged_jsonl, tgt)
     write_json(counts_json, asdict(counts))
     print(
         f"incoming: {counts.files} file(s), {counts.pairs_read} pairs read, {counts.dropped_leak} dropped "

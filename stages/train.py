@@ -1,5 +1,7 @@
 """DVC stage `train`: the Transformer on Multi30k train + incoming pairs. Usage: `python -m stages.train`.
 
+Reads the pairs the `prepare` stage tokenized (`prepare.out_dir`, memory-mapped) and Multi30k val.
+
 Writes `model.pt` and checkpoints, the validation log, metrics, facts and the MLflow run id (`train.*`);
 continues from `last.pt` when the run's identity is unchanged; `train.init_from: champion` starts from the
 champion's weights (`pipeline.training.warm_start`); above one process it relaunches itself under torchrun.
@@ -15,7 +17,7 @@ from pipeline.core import device as dev
 from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
-from pipeline.data.incoming import read_training_set
+from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
 from pipeline.tracking import runs as tracking
@@ -36,11 +38,11 @@ def main() -> None:
     try:
         tgt = params.download.tgt_lang
         val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
-        pairs = training.encode_pairs(tok, *read_training_set(params.incoming.out_jsonl, tgt), cfg.max_len)
+        pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model))
         bleu = training.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
         model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
         init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
-        run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), training.data_id(pairs), world,
+        run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
                                   device=device, bf16=bf16, init_from=init_from,
                                   spm_sha256=model_sha256(spm_model))  # fmt: skip
         if world.is_main and params.mlflow.enabled:

@@ -16,10 +16,11 @@ from pipeline.core import device as dev
 from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_json
+from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.warmup import WarmupVocab, encode
 from pipeline.training import checkpoint
-from pipeline.training.loop import RunContext, data_id, new_model, summary, train
+from pipeline.training.loop import RunContext, new_model, summary, train
 from pipeline.training.validation import Validation, exact_match
 
 
@@ -41,8 +42,8 @@ def main() -> None:
         )  # fmt: skip
         for s in ("val", "test")
     )
-    pairs = encode(data["train"], vocab)
-    run = RunContext(Path(cfg.out_dir), Path(cfg.log_csv), data_id(pairs), device=device, bf16=bf16)
+    pairs = TokenizedCorpus.from_pairs(encode(data["train"], vocab))
+    run = RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), device=device, bf16=bf16)
     model = new_model(cfg.model, vocab.vocab_size, vocab.pad_id, cfg.optim.seed)
     progress = train(model, pairs, val, cfg.optim, run)
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)

@@ -1,8 +1,10 @@
 import random
 
+import numpy as np
+import pytest
 import torch
 
-from pipeline.data.batching import batch_tokens, collate, make_batches
+from pipeline.data.batching import batch_order, batch_tokens, collate, longest_sides, make_batches
 
 
 def random_pairs(n: int, seed: int = 0) -> list:
@@ -49,3 +51,41 @@ def test_collate_shifts_target_and_pads():
     assert tgt_in.tolist() == [[2, 9, 0], [2, 9, 10]]
     assert tgt_out.tolist() == [[9, 3, 0], [9, 10, 3]]
     assert src.dtype == torch.long
+
+
+def reference_batches(pairs: list, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """The batching the trainer used before the numpy cut: a Python loop over every pair."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(pairs))
+    lengths = np.array([max(len(pairs[i][0]), len(pairs[i][1])) for i in order])
+    order = order[np.argsort(lengths, kind="stable")]
+    out, current, longest = [], [], 0
+    for i in order:
+        n = max(len(pairs[i][0]), len(pairs[i][1]))
+        if current and batch_tokens(len(current) + 1, max(longest, n)) > max_tokens:
+            out.append(current)
+            current, longest = [], 0
+        current.append(int(i))
+        longest = max(longest, n)
+    if current:
+        out.append(current)
+    return [out[j] for j in rng.permutation(len(out))]
+
+
+@pytest.mark.parametrize(("max_tokens", "seed"), [(300, 7), (60, 1), (2500, 3), (10, 0)])
+def test_numpy_cut_gives_exactly_the_loop_order(max_tokens: int, seed: int) -> None:
+    """Same batches in the same order as the per-pair loop, so runs (and their resumes) are unchanged;
+    with empty pairs (cost nothing) and pairs longer than max_tokens among them."""
+    rng = random.Random(seed)
+    pairs = [([4] * rng.choice([0, 1, 3, 20, 50, 400]), [5] * rng.randint(0, 40)) for _ in range(3000)]
+    for epoch in range(3):
+        assert make_batches(pairs, max_tokens, seed, epoch) == reference_batches(
+            pairs, max_tokens, seed, epoch
+        )
+
+
+def test_batch_order_from_lengths_alone_matches_make_batches() -> None:
+    pairs = random_pairs(800, seed=5)
+    got = batch_order(longest_sides(pairs), 250, seed=2, epoch=4)
+    assert [b.tolist() for b in got] == make_batches(pairs, 250, 2, 4)
+    assert batch_order(np.zeros(0, dtype=np.int64), 250, 0, 0) == []

@@ -205,3 +205,22 @@ def test_stage_warns_once_per_ignored_entry_and_writes_the_same(repo: Path, caps
         f"warning: {repo / 'data/incoming/b.tsv'}: ignored (a directory)",
     ]
     assert "incoming: 1 file(s)" in out.out
+
+
+def test_streamed_stage_writes_the_bytes_of_the_in_memory_merge(repo: Path) -> None:
+    """The stage reads and writes a line at a time; its file is what merging in memory and writing
+    the whole set at once gives, for files with a BOM, CRLF ends, U+2028 and repeated pairs."""
+    (repo / "data/incoming").mkdir()
+    (repo / "data/incoming/a.tsv").write_bytes(
+        "\ufeffA boy\u2028swims.\tEin Junge\u2028schwimmt.\r\nA cat.\tEine Katze.\n".encode()
+    )
+    (repo / "data/incoming/b.tsv").write_bytes(
+        "A man.\tEin Mann.\nA  boy\u2028swims. \tEin Junge\u2028schwimmt.".encode()
+    )
+    streamed, counts = run_stage(repo)
+    incoming = read_incoming(repo / "data/incoming/a.tsv") + read_incoming(repo / "data/incoming/b.tsv")
+    merged, expected_counts = merge(pairs(TRAIN), incoming, pairs(VAL) + pairs(TEST))
+    write_merged(repo / "in_memory.jsonl", merged)
+    assert streamed == (repo / "in_memory.jsonl").read_bytes()
+    assert counts == {"files": 2, **expected_counts} and counts["added"] == 1
+    assert sorted(p.name for p in (repo / "data").iterdir()) == ["incoming", "multi30k", "train_merged.jsonl"]

@@ -15,6 +15,7 @@ from toy_train import TOY_OPTIM, ToyValidation  # noqa: E402
 
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig  # noqa: E402
 from pipeline.core.errors import CheckpointError, run_main  # noqa: E402
+from pipeline.data.batching import longest_sides  # noqa: E402
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from pipeline.training import checkpoint  # noqa: E402
 from pipeline.training import loop as train_module  # noqa: E402
@@ -35,7 +36,9 @@ def pairs(tok: Tokenizer) -> list:
 
 def first_batch_loss(model, data: list, pad_id: int) -> float:
     """Loss per target token of `model` (eval mode) on the first batch `train` takes."""
-    src, tgt_in, tgt_out = to_tensors(data, EpochOrder(data, TOY_OPTIM["max_tokens"], 3)(0)[0], pad_id, "cpu")
+    src, tgt_in, tgt_out = to_tensors(
+        data, EpochOrder(longest_sides(data), TOY_OPTIM["max_tokens"], 3)(0)[0], pad_id, "cpu"
+    )
     keep = tgt_out != pad_id
     with torch.no_grad():
         loss = train_module.label_smoothed_loss(model.eval()(src, tgt_in, keep), tgt_out[keep], pad_id, 0.1)

@@ -227,6 +227,12 @@ class IncomingConfig(Section):
     metrics_json: str = "reports/incoming.json"  # counts: read, dropped (leak, duplicate), added
 
 
+class PrepareConfig(Section):
+    """Stage `prepare`: the merged training set tokenized once, memory-mapped (`pipeline.data.corpus`)."""
+
+    out_dir: str = "data/train_ids"
+
+
 class PromotionConfig(Section):
     """The flow's promotion: sacreBLEU paired bootstrap of val BLEU, candidate vs champion."""
 
@@ -240,6 +246,7 @@ class Params(Section):
     download: DownloadConfig = DownloadConfig()
     incoming: IncomingConfig = IncomingConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
+    prepare: PrepareConfig = PrepareConfig()
     warmup_data: WarmupDataConfig = WarmupDataConfig()
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()
     train: TrainConfig = TrainConfig()

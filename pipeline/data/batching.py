@@ -23,29 +23,51 @@ def batch_tokens(n_pairs: int, longest: int) -> int:
     return n_pairs * longest
 
 
-def make_batches(pairs: list[Pair], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """Split pair indices into length-bucketed batches of at most `max_tokens` padded tokens.
+def longest_sides(pairs: Sequence[Pair]) -> np.ndarray:
+    """`[n_pairs]` int64: the longer side of each pair (pieces), what batching sorts and cuts by."""
+    return np.fromiter((max(len(s), len(t)) for s, t in pairs), dtype=np.int64, count=len(pairs))
 
-    Every index appears in exactly one batch. A single pair longer than `max_tokens`
-    gets a batch of its own.
 
-    Returns: a list of batches, each a list of indices into `pairs`.
+def batch_order(lengths: np.ndarray, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Pair indices cut into length-bucketed batches of at most `max_tokens` padded tokens.
+
+    `lengths` (`[n_pairs]`, pieces) is each pair's longer side. Every index appears in exactly
+    one batch; a single pair longer than `max_tokens` gets a batch of its own. A seeded shuffle,
+    a stable sort by length, then each batch takes the most pairs that fit: sorted ascending, a
+    batch of k pairs from position s costs `k × lengths[s + k - 1]` tokens, which grows with k,
+    so the cut is a binary search per batch, not a loop over pairs.
+
+    Returns: the batches (int64 index arrays) in a shuffled order that depends only on
+    `(seed, epoch)`.
     """
+    lengths = np.asarray(lengths)
     rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(pairs))
-    lengths = np.array([max(len(pairs[i][0]), len(pairs[i][1])) for i in order])
-    order = order[np.argsort(lengths, kind="stable")]
-    batches, current, longest = [], [], 0
-    for i in order:
-        n = max(len(pairs[i][0]), len(pairs[i][1]))
-        if current and batch_tokens(len(current) + 1, max(longest, n)) > max_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(int(i))
-        longest = max(longest, n)
-    if current:
-        batches.append(current)
+    order = rng.permutation(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    ranked = lengths[order]
+    cuts, start = [0], 0
+    while start < len(ranked):
+        start += _batch_size(ranked, start, max_tokens)
+        cuts.append(start)
+    batches = [order[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
     return [batches[j] for j in rng.permutation(len(batches))]
+
+
+def _batch_size(ranked: np.ndarray, start: int, max_tokens: int) -> int:
+    """How many pairs from `start` of the ascending `ranked` lengths fit in `max_tokens` (≥ 1)."""
+    window = max_tokens // max(int(ranked[start]), 1) + 1  # more cannot fit (lengths only grow)
+    while True:
+        tail = ranked[start : start + window]
+        cost = np.arange(1, len(tail) + 1) * tail
+        fit = int(np.searchsorted(cost, max_tokens, side="right"))
+        if fit < len(tail) or start + window >= len(ranked):
+            return max(fit, 1)
+        window *= 2  # zero-length pairs cost nothing: widen until one does not fit
+
+
+def make_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """`batch_order` of `pairs` (lists of piece ids), each batch a list of indices into `pairs`."""
+    return [b.tolist() for b in batch_order(longest_sides(pairs), max_tokens, seed, epoch)]
 
 
 def pad(seqs: list[list[int]], pad_id: int) -> Tensor:

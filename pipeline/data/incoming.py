@@ -18,23 +18,28 @@ The merged set is the Multi30k train split, untouched and in order, followed by 
 with no incoming files it is exactly the train split, and the output is byte-for-byte
 deterministic, so DVC sees the same hash and reruns nothing downstream.
 
+Files are read, checked and merged a line at a time, and the duplicate and leak checks keep a
+16-byte digest per key, not the sentences, so memory does not grow with the files' text.
+
 The merged set is written as JSON Lines (`{"en": ..., "<tgt>": ...}` per line; JSON, not TSV, because
-one Multi30k train sentence holds a tab); `read_merged` loads it.
+one Multi30k train sentence holds a tab); `iter_merged` reads it back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import DataError
-from pipeline.core.io import write_text
-from pipeline.data.placeholders import protect_pair
+from pipeline.core.io import atomic_path, write_text
 
 PATTERN = "*.tsv"
+BOM = b"\xef\xbb\xbf"
 Pair = tuple[str, str]  # (en, target)
 
 
@@ -86,8 +91,12 @@ def _why_ignored(path: Path) -> str:
     return f"not a {PATTERN} file"
 
 
+CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")  # exactly Unicode category Cc
+
+
 def _control_char(text: str) -> str | None:
-    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
+    found = CONTROL_RE.search(text)
+    return found.group() if found else None
 
 
 # Unicode categories that show nothing: controls, format characters (U+200B, U+FEFF, ...), spaces
@@ -127,21 +136,25 @@ def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
     return en, de
 
 
-def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
-    """Every pair of one incoming file, validated (see `parse_line`).
+def iter_incoming(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
+    """The pairs of one incoming file, read and validated a line at a time (see `parse_line`).
 
     Raises:
         DataError: the file is unreadable, or a line is invalid (one line naming file and line).
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                raw = raw.removesuffix(b"\n")
+                yield parse_line(raw.removeprefix(BOM) if number == 1 else raw, f"{path}: line {number}", tgt)
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    chunks = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
-    if chunks[-1] == b"":
-        chunks.pop()  # the final newline ends the last line
-    return [parse_line(chunk, f"{path}: line {n}", tgt) for n, chunk in enumerate(chunks, start=1)]
+
+
+def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
+    """Every pair of one incoming file, validated (see `iter_incoming`)."""
+    return list(iter_incoming(path, tgt))
 
 
 def key(text: str) -> str:
@@ -151,55 +164,91 @@ def key(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+class PairFilter:
+    """Decides, pair by pair, what `merge` keeps, holding a 16-byte digest of each key rather than
+    the sentences: the English and target keys of `held_out` (val and every test split) and the
+    pair keys of `train` and of every pair admitted so far. `counts` says what it decided."""
+
+    def __init__(self, train: Iterable[Pair], held_out: Iterable[Pair]) -> None:
+        held = list(held_out)
+        self.held_en = {_digest(key(en)) for en, _ in held}
+        self.held_de = {_digest(key(de)) for _, de in held}
+        self.seen = {self._pair_digest(en, de) for en, de in train}
+        self.read = self.leaks = self.dups = self.added = 0
+
+    @staticmethod
+    def _pair_digest(en: str, de: str) -> bytes:
+        return _digest(key(en) + "\t" + key(de))  # a key holds no tab: whitespace is collapsed
+
+    def admit(self, en: str, de: str) -> bool:
+        """True if the pair neither leaks a held-out sentence nor repeats a train or earlier pair."""
+        self.read += 1
+        if _digest(key(en)) in self.held_en or _digest(key(de)) in self.held_de:
+            self.leaks += 1
+            return False
+        pair = self._pair_digest(en, de)
+        if pair in self.seen:
+            self.dups += 1
+            return False
+        self.seen.add(pair)
+        self.added += 1
+        return True
+
+    def counts(self, n_train: int) -> dict:
+        return {"pairs_read": self.read, "dropped_leak": self.leaks, "dropped_dup": self.dups,
+                "added": self.added, "train_pairs": n_train + self.added}  # fmt: skip
+
+
 def merge(
     train: Sequence[Pair], incoming: Iterable[Pair], held_out: Iterable[Pair]
 ) -> tuple[list[Pair], dict]:
-    """Train pairs followed by the incoming pairs that neither leak nor repeat.
+    """Train pairs followed by the incoming pairs that neither leak nor repeat (`PairFilter`).
 
     `held_out` holds the (en, de) pairs of val and every test split. Returns (merged pairs, counts
     without `files`: pairs_read, dropped_leak, dropped_dup, added, train_pairs).
     """
-    held = list(held_out)
-    held_en, held_de = {key(en) for en, _ in held}, {key(de) for _, de in held}
-    seen = {(key(en), key(de)) for en, de in train}
-    merged, read, leaks, dups = list(train), 0, 0, 0
-    for en, de in incoming:
-        read += 1
-        pair_key = (key(en), key(de))
-        if pair_key[0] in held_en or pair_key[1] in held_de:
-            leaks += 1
-        elif pair_key in seen:
-            dups += 1
-        else:
-            seen.add(pair_key)
-            merged.append((en, de))
-    counts = {"pairs_read": read, "dropped_leak": leaks, "dropped_dup": dups,
-              "added": len(merged) - len(train), "train_pairs": len(merged)}  # fmt: skip
-    return merged, counts
+    keep = PairFilter(train, held_out)
+    merged = list(train) + [(en, de) for en, de in incoming if keep.admit(en, de)]
+    return merged, keep.counts(len(train))
 
 
 def merge_folder(
-    folder: str | Path, train: Sequence[Pair], held_out: Iterable[Pair], tgt: str = "de"
-) -> tuple[list[Pair], MergeCounts]:
-    """Validate every incoming file of `folder` (`en<TAB><tgt>`; all before any is used), then `merge`.
+    folder: str | Path, train: Sequence[Pair], held_out: Iterable[Pair], out_path: str | Path, tgt: str = "de"
+) -> MergeCounts:
+    """`merge` the incoming files of `folder` (`en<TAB><tgt>`, read in name order, a line at a
+    time) into `out_path` as `write_merged` writes it. Atomic: on any error nothing is written.
 
     Raises:
-        DataError: a file is invalid (see `read_incoming`).
+        DataError: a file is invalid (see `iter_incoming`).
     """
     files = incoming_files(folder)
-    pairs = [pair for path in files for pair in read_incoming(path, tgt)]
-    merged, counts = merge(train, pairs, held_out)
-    return merged, MergeCounts(files=len(files), **counts)
+    keep = PairFilter(train, held_out)
+    with atomic_path(out_path) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as out:
+        out.writelines(merged_line(en, de, tgt) for en, de in train)
+        for path in files:
+            out.writelines(
+                merged_line(en, de, tgt) for en, de in iter_incoming(path, tgt) if keep.admit(en, de)
+            )
+    return MergeCounts(files=len(files), **keep.counts(len(train)))
+
+
+def merged_line(en: str, de: str, tgt: str = "de") -> str:
+    """One line of the merged set: `{"en": ..., tgt: ...}` JSON and a newline."""
+    return json.dumps({"en": en, tgt: de}, ensure_ascii=False) + "\n"
 
 
 def write_merged(path: str | Path, pairs: Iterable[Pair], tgt: str = "de") -> None:
     """Atomically write pairs as JSON Lines `{"en": ..., tgt: ...}` (deterministic bytes)."""
-    lines = (json.dumps({"en": en, tgt: de}, ensure_ascii=False) + "\n" for en, de in pairs)
-    write_text(path, "".join(lines))
+    write_text(path, "".join(merged_line(en, de, tgt) for en, de in pairs))
 
 
-def read_merged(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
-    """The (English, target) sentence lists of a merged training set written by `write_merged`.
+def iter_merged(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
+    """The (English, target) pairs of a merged training set written by `write_merged`, a line at a
+    time (lines end at `\\n` only: U+2028 is text here).
 
     Raises:
         DataError: the file is missing (run the `incoming` stage) or a line is not a JSON object with
@@ -208,24 +257,17 @@ def read_merged(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: merged training set not found (run the incoming stage)")
-    en, de = [], []
-    lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 is text here
-    for number, line in enumerate(lines[:-1] if lines[-1] == "" else lines, start=1):
-        try:
-            row = json.loads(line)
-            en.append(str(row["en"]))
-            de.append(str(row[tgt]))
-        except (ValueError, KeyError, TypeError):
-            raise DataError(f"{path}: line {number}: not a JSON object with fields en, {tgt}") from None
-    return en, de
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                row = json.loads(line)
+                pair = str(row["en"]), str(row[tgt])
+            except (ValueError, KeyError, TypeError):
+                raise DataError(f"{path}: line {number}: not a JSON object with fields en, {tgt}") from None
+            yield pair
 
 
-def read_training_set(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
-    """The merged training set with numbers protected by placeholders on both sides
-    (`pipeline.data.placeholders.protect_pair`, number words of `tgt`), so the model learns to copy them.
-
-    Raises:
-        DataError: see `read_merged`.
-    """
-    pairs = [protect_pair(en, de, tgt_lang=tgt) for en, de in zip(*read_merged(path, tgt), strict=True)]
+def read_merged(path: str | Path, tgt: str = "de") -> tuple[list[str], list[str]]:
+    """The (English, target) sentence lists of a merged training set (see `iter_merged`)."""
+    pairs = list(iter_merged(path, tgt))
     return [en for en, _ in pairs], [de for _, de in pairs]

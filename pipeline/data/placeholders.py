@@ -9,6 +9,7 @@ by both sides and some number words become the same placeholders on both sides.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -17,13 +18,19 @@ from pipeline.data.languages import SOURCE, target
 PLACEHOLDERS = tuple(f"\uff5f{i}\uff60" for i in range(1, 10))  # ｟1｠ .. ｟9｠
 PAIR_WORD_RATE = 0.3  # share of eligible training pairs whose number words become placeholders
 NUMBER = r"\d+(?:[.,:]\d+)*"
+NUMBER_RE = re.compile(NUMBER)
 PLACEHOLDER_RE = re.compile("\uff5f[1-9]\uff60")
 
 
 def _number_word(text: str, words: tuple[str, ...]) -> re.Match | None:
     """The one number word of `words` in `text` (whole word, any case), or None if not exactly one."""
-    hits = list(re.finditer(r"\b(" + "|".join(words) + r")\b", text, flags=re.IGNORECASE))
+    hits = list(_words_re(words).finditer(text))
     return hits[0] if len(hits) == 1 else None
+
+
+@functools.cache
+def _words_re(words: tuple[str, ...]) -> re.Pattern:
+    return re.compile(r"\b(" + "|".join(words) + r")\b", flags=re.IGNORECASE)
 
 
 def _value(word: re.Match, words: tuple[str, ...]) -> int:
@@ -42,8 +49,8 @@ def protect_pair(en: str, de: str, rate: float = PAIR_WORD_RATE, tgt_lang: str =
     "Two men ..." / "Zwei Männer ..." -> "｟1｠ men ..." / "｟1｠ Männer ...".
     """
     digest = hashlib.sha256(f"{en}\t{de}".encode()).digest()  # of the pair as given
-    de_numbers = set(re.findall(NUMBER, de))
-    shared = [m for m in re.finditer(NUMBER, en) if m.group() in de_numbers]
+    de_numbers = set(NUMBER_RE.findall(de))
+    shared = [m for m in NUMBER_RE.finditer(en) if m.group() in de_numbers]
     for i, value in enumerate(dict.fromkeys(m.group() for m in shared)):
         if i >= len(PLACEHOLDERS) - 1:
             break

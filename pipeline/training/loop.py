@@ -26,13 +26,11 @@ with `accum_steps × world size` micro-batches. Rank 0 alone validates, decides 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import platform
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,7 +46,8 @@ from pipeline.core.device import autocast, cpu_name
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_path, remove_stale_temps
 from pipeline.core.metrics import score as sacrebleu
-from pipeline.data.batching import Pair, collate, make_batches
+from pipeline.data.batching import Pair, batch_order, collate
+from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import NullTracker, Tracker
@@ -68,7 +67,7 @@ class RunContext:
 
     out_dir: Path  # checkpoints
     log_csv: Path  # one row per validation
-    data_id: str  # identifies the training pairs (see `data_id`)
+    data_id: str  # identifies the training pairs (`TokenizedCorpus.digest`)
     world: World = field(default_factory=World)
     tracker: Tracker = field(default_factory=NullTracker)
     device: torch.device = torch.device("cpu")
@@ -93,9 +92,14 @@ class Progress:
 
 
 def train(
-    model: Transformer, pairs: list[Pair], validate: Validation, cfg: OptimConfig, run: RunContext
+    model: Transformer,
+    pairs: TokenizedCorpus | Sequence[Pair],
+    validate: Validation,
+    cfg: OptimConfig,
+    run: RunContext,
 ) -> Progress:
-    """Train `model` on `pairs` (piece ids without specials) until a budget or the patience runs out.
+    """Train `model` on `pairs` (piece ids without specials; batches are read from the corpus as
+    they are needed, a list is made one first) until a budget or the patience runs out.
 
     `validate(model)` returns {"val_loss": ..., validate.metric_name: score (higher = better)}.
     Rank 0 gives the tracker the training set (`run.data_id`, the pair count) and every checkpoint.
@@ -106,6 +110,8 @@ def train(
         CheckpointError: `last.pt` cannot be read.
     """
     world, out_dir = run.world, run.out_dir
+    if not isinstance(pairs, TokenizedCorpus):
+        pairs = TokenizedCorpus.from_pairs(pairs)
     out_dir.mkdir(parents=True, exist_ok=True)
     if world.is_main:
         for stale in remove_stale_temps(out_dir):
@@ -121,7 +127,7 @@ def train(
     if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
         seed_everything(cfg.seed + 1000 * world.rank + progress.step)
     net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
-    order = EpochOrder(pairs, cfg.max_tokens, cfg.seed)
+    order = EpochOrder(pairs.lengths, cfg.max_tokens, cfg.seed)
     started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
     console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
     window = Window()
@@ -234,18 +240,19 @@ def budget_left(progress: Progress, cfg: OptimConfig, seconds: float) -> bool:
 
 
 class EpochOrder:
-    """The seeded batch order of an epoch (`pipeline.data.batching.make_batches`), computed once per epoch."""
+    """The seeded batch order of an epoch (`pipeline.data.batching.batch_order` of the pairs'
+    `lengths`), computed once per epoch."""
 
-    def __init__(self, pairs: list[Pair], max_tokens: int, seed: int) -> None:
-        self.pairs, self.max_tokens, self.seed, self.cached = pairs, max_tokens, seed, (-1, [])
+    def __init__(self, lengths: np.ndarray, max_tokens: int, seed: int) -> None:
+        self.lengths, self.max_tokens, self.seed, self.cached = lengths, max_tokens, seed, (-1, [])
 
-    def __call__(self, epoch: int) -> list[list[int]]:
+    def __call__(self, epoch: int) -> list[np.ndarray]:
         if self.cached[0] != epoch:
-            self.cached = (epoch, make_batches(self.pairs, self.max_tokens, self.seed, epoch))
+            self.cached = (epoch, batch_order(self.lengths, self.max_tokens, self.seed, epoch))
         return self.cached[1]
 
 
-def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world: World) -> list[list[int]]:
+def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world: World) -> list[np.ndarray]:
     """This rank's share of the next `accum_steps × world size` batches of the seeded order
     (crossing epochs): every world-size-th batch, starting at its rank. Advances `progress`."""
     out = []
@@ -259,7 +266,9 @@ def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world:
     return out[world.rank :: world.size]
 
 
-def to_tensors(pairs: list[Pair], batch: list[int], pad_id: int, device: torch.device) -> list[Tensor]:
+def to_tensors(
+    pairs: TokenizedCorpus | Sequence[Pair], batch: Sequence[int], pad_id: int, device: torch.device
+) -> list[Tensor]:
     """The pairs at indices `batch` as `[src [B, S], tgt_in [B, T], tgt_out [B, T]]` on `device`."""
     return [t.to(device) for t in collate([pairs[i] for i in batch], pad_id, BOS_ID, EOS_ID)]
 
@@ -306,11 +315,6 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
         "processes": run.world.size,
     }
     return identity | ({"init_from": run.init_from} if run.init_from else {})
-
-
-def data_id(pairs: list[Pair]) -> str:
-    """SHA-256 of the training pairs' ids: changes with the corpus, the tokenizer or `max_len`."""
-    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
 
 
 def bleu_validation(

@@ -1,0 +1,185 @@
+"""The tokenized training set on disk, memory-mapped: what training reads its batches from.
+
+The layout is fairseq's indexed dataset in numpy form: per side one flat array of piece ids
+(`src.bin`, `tgt.bin`: raw little-endian unsigned ints, `uint16` while the ids fit, else `uint32`)
+and the offsets of each pair in it (`src.idx.npy`, `tgt.idx.npy`: `[n_pairs + 1]` int64, pair i is
+`ids[idx[i]:idx[i + 1]]`), plus `meta.json` (format, dtype, pair count, and what the caller adds,
+e.g. the tokenizer's SHA-256). Opened, the arrays are `np.memmap`s: the operating system pages in
+what a batch reads, so a corpus costs memory for its lengths (`[n_pairs]`), not its ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import DataError
+from pipeline.core.io import current_umask
+
+FORMAT = 1
+SIDES = ("src", "tgt")
+Pair = tuple[list[int], list[int]]  # (src ids, tgt ids), no specials
+HASH_CHUNK = 1 << 22  # ids hashed at a time
+
+
+def id_dtype(max_id: int) -> np.dtype:
+    """The narrowest unsigned dtype holding ids up to `max_id`: uint16, else uint32."""
+    return np.dtype("<u2") if max_id < 2**16 else np.dtype("<u4")
+
+
+class TokenizedCorpus:
+    """Pairs of piece ids held as flat arrays + offsets (in memory, or memory-mapped by `open`).
+
+    `corpus[i]` is pair i as `(src ids, tgt ids)` lists; `corpus.lengths` (`[n_pairs]` int64) the
+    longer side of each pair, what batching sorts and cuts by.
+    """
+
+    def __init__(
+        self,
+        ids: dict[str, np.ndarray],
+        offsets: dict[str, np.ndarray],
+        meta: dict,
+        folder: Path | None = None,
+    ) -> None:
+        self.ids, self.offsets, self.meta, self.folder = ids, offsets, meta, folder
+        src, tgt = (np.diff(offsets[side]) for side in SIDES)
+        self.lengths = np.maximum(src, tgt)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> Pair:
+        return tuple(self.ids[s][self.offsets[s][i] : self.offsets[s][i + 1]].tolist() for s in SIDES)
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[Pair]) -> TokenizedCorpus:
+        """An in-memory corpus of `pairs` (the same arrays `write_corpus` would store)."""
+        ids, offsets = {}, {}
+        for n, side in enumerate(SIDES):
+            lengths = np.fromiter((len(p[n]) for p in pairs), dtype=np.int64, count=len(pairs))
+            offsets[side] = np.concatenate([[0], np.cumsum(lengths)])
+            flat = [i for p in pairs for i in p[n]]
+            ids[side] = np.array(flat, dtype=id_dtype(max(flat, default=0)))
+        return cls(ids, offsets, {"format": FORMAT, "pairs": len(pairs)})
+
+    @classmethod
+    def open(cls, folder: str | Path, spm_sha256: str | None = None) -> TokenizedCorpus:
+        """The corpus `write_corpus` wrote to `folder`, memory-mapped read-only.
+
+        Raises:
+            DataError: a file is missing, or `meta.json` is not this format, or the arrays do not
+                agree with it, or `spm_sha256` is given and the meta names another tokenizer
+                (naming the folder).
+        """
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                raise DataError(
+                    f"{folder}: tokenized corpus format {meta.get('format')!r}, expected {FORMAT}"
+                )
+            dtype = np.dtype(meta["dtype"])
+            ids = {s: _memmap(folder / f"{s}.bin", dtype) for s in SIDES}
+            offsets = {s: np.load(folder / f"{s}.idx.npy", mmap_mode="r") for s in SIDES}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataError(
+                f"{folder}: not a readable tokenized corpus ({exc}); run the prepare stage"
+            ) from None
+        for s in SIDES:
+            if len(offsets[s]) != meta["pairs"] + 1 or offsets[s][-1] != len(ids[s]):
+                raise DataError(f"{folder}: {s}.idx.npy does not match {s}.bin and meta.json")
+        if spm_sha256 is not None and meta.get("spm_sha256") != spm_sha256:
+            raise DataError(f"{folder}: tokenized with another SentencePiece model; run the prepare stage")
+        return cls(ids, offsets, meta, folder)
+
+    def digest(self) -> str:
+        """SHA-256 of the pairs' offsets and ids (as uint32, whatever the storage dtype), in chunks:
+        the same pairs give the same digest in memory and on disk. On disk the ids are read with
+        plain reads, not through the mapping, so hashing does not map the whole file in."""
+        h = hashlib.sha256()
+        for side in SIDES:
+            h.update(np.ascontiguousarray(self.offsets[side], dtype="<i8").tobytes())
+            for chunk in self._id_chunks(side):
+                h.update(chunk.astype("<u4").tobytes())
+        return h.hexdigest()
+
+    def _id_chunks(self, side: str) -> Iterator[np.ndarray]:
+        ids = self.ids[side]
+        if self.folder is None:
+            yield from (ids[i : i + HASH_CHUNK] for i in range(0, len(ids), HASH_CHUNK))
+            return
+        with (self.folder / f"{side}.bin").open("rb") as f:
+            while chunk := f.read(HASH_CHUNK * ids.dtype.itemsize):
+                yield np.frombuffer(chunk, dtype=ids.dtype)
+
+
+def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
+    if path.stat().st_size == 0:  # np.memmap refuses an empty file
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def write_corpus(folder: str | Path, chunks: Iterable[Sequence[Pair]], max_id: int, meta: dict) -> dict:
+    """Write the pairs of `chunks` (an iterable of pair lists, consumed one at a time) as a
+    corpus `open` reads, ids stored in `id_dtype(max_id)`. Atomic: built in a temp folder beside
+    `folder`, which replaces `folder` only when complete. `meta` is read once every chunk is
+    written (a generator of chunks may fill in counts). Returns the meta written (`meta` plus
+    format, dtype, pairs).
+
+    Raises:
+        DataError: an id is above `max_id` (nothing is written).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        os.chmod(tmp, 0o777 & ~current_umask())
+        arrays = _write_arrays(tmp, chunks, id_dtype(max_id), max_id, folder)
+        meta = {**meta, **arrays}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        _replace_dir(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def _write_arrays(
+    tmp: Path, chunks: Iterable[Sequence[Pair]], dtype: np.dtype, max_id: int, where: Path
+) -> dict:
+    lengths: dict[str, list[np.ndarray]] = {s: [] for s in SIDES}
+    files = {s: (tmp / f"{s}.bin").open("wb") for s in SIDES}
+    try:
+        for chunk in chunks:
+            for n, side in enumerate(SIDES):
+                flat = np.fromiter((i for p in chunk for i in p[n]), dtype=np.int64)
+                if flat.size and (flat.max() > max_id or flat.min() < 0):
+                    raise DataError(f"{where}: a piece id outside 0..{max_id}")
+                files[side].write(flat.astype(dtype).tobytes())
+                lengths[side].append(np.fromiter((len(p[n]) for p in chunk), dtype=np.int64))
+    finally:
+        for f in files.values():
+            f.close()
+    n_pairs = 0
+    for side in SIDES:
+        counts = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, dtype=np.int64)
+        np.save(tmp / f"{side}.idx.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        n_pairs = len(counts)
+    return {"format": FORMAT, "dtype": dtype.str, "pairs": n_pairs}
+
+
+def _replace_dir(new: Path, folder: Path) -> None:
+    """Put `new` at `folder`, moving an existing `folder` aside first (then deleting it)."""
+    old = None
+    if folder.exists():
+        old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old.", suffix=".tmp"))
+        os.replace(folder, old / folder.name)
+    os.replace(new, folder)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

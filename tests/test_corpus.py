@@ -1,0 +1,120 @@
+"""The tokenized, memory-mapped training set (`pipeline.data.corpus`) and the stage step that
+writes it (`pipeline.data.prepare`): the same pairs as encoding in memory, the same training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
+
+from pipeline.core.config import OptimConfig, TokenizerConfig
+from pipeline.core.errors import DataError
+from pipeline.data.corpus import TokenizedCorpus, write_corpus
+from pipeline.data.incoming import read_merged, write_merged
+from pipeline.data.placeholders import protect_pair
+from pipeline.data.prepare import prepare
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.model.transformer import Transformer
+from pipeline.training.loop import RunContext, encode_pairs, train
+
+MERGED = [
+    ("Two men play 3 songs.", "Zwei Männer spielen 3 Lieder."),
+    ("A dog runs on the beach at 10:30.", "Ein Hund rennt um 10:30 am Strand."),
+    ("Three girls, one ball.", "Drei Mädchen, ein Ball."),
+    ("A very long sentence " + "and more " * 40, "Ein sehr langer Satz " + "und mehr " * 40),
+    ("A man.", "Ein Mann.\tJa."),  # a tab inside a sentence, as in Multi30k train
+]
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def test_written_corpus_reads_back_the_same_pairs_memory_mapped(tmp_path: Path) -> None:
+    data = pairs(50)
+    meta = write_corpus(tmp_path / "ids", chunks(data, 7), max_id=19, meta={"note": "x"})
+    corpus = TokenizedCorpus.open(tmp_path / "ids")
+    assert [corpus[i] for i in range(len(corpus))] == data
+    assert isinstance(corpus.ids["src"], np.memmap) and corpus.ids["src"].dtype == np.uint16
+    assert meta == json.loads((tmp_path / "ids" / "meta.json").read_text())
+    assert (meta["pairs"], meta["note"], meta["dtype"]) == (50, "x", "<u2")
+    assert corpus.lengths.tolist() == [max(len(s), len(t)) for s, t in data]
+    assert corpus.digest() == TokenizedCorpus.from_pairs(data).digest()
+    other = [(s, t[:-1]) for s, t in data]
+    assert TokenizedCorpus.from_pairs(other).digest() != corpus.digest()
+
+
+def test_ids_past_uint16_are_stored_as_uint32(tmp_path: Path) -> None:
+    data = [([70_000, 5], [1]), ([], [65_535])]
+    write_corpus(tmp_path / "ids", [data], max_id=70_000, meta={})
+    corpus = TokenizedCorpus.open(tmp_path / "ids")
+    assert corpus.ids["src"].dtype == np.uint32 and [corpus[0], corpus[1]] == data
+    assert corpus.digest() == TokenizedCorpus.from_pairs(data).digest()
+
+
+def test_a_failed_write_leaves_the_old_corpus_and_no_temp_folder(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "ids", [pairs(5)], max_id=19, meta={})
+    with pytest.raises(DataError, match=r"ids: a piece id outside 0\.\.19"):
+        write_corpus(tmp_path / "ids", [pairs(5), [([4, 25], [4])]], max_id=19, meta={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids"]
+    assert [TokenizedCorpus.open(tmp_path / "ids")[i] for i in range(5)] == pairs(5)
+
+
+def test_open_names_the_folder_when_files_or_tokenizer_do_not_match(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"absent: not a readable tokenized corpus"):
+        TokenizedCorpus.open(tmp_path / "absent")
+    write_corpus(tmp_path / "ids", [pairs(5)], max_id=19, meta={"spm_sha256": "abc"})
+    TokenizedCorpus.open(tmp_path / "ids", spm_sha256="abc")
+    with pytest.raises(DataError, match=r"ids: tokenized with another SentencePiece model"):
+        TokenizedCorpus.open(tmp_path / "ids", spm_sha256="def")
+    (tmp_path / "ids" / "tgt.bin").write_bytes(b"\x00\x00")
+    with pytest.raises(DataError, match=r"ids: tgt.idx.npy does not match tgt.bin"):
+        TokenizedCorpus.open(tmp_path / "ids")
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    lines = [s for pair in MERGED for s in pair] * 20
+    out = tmp_path_factory.mktemp("spm")
+    return Tokenizer.load(train_tokenizer(lines, out, TokenizerConfig(vocab_size=120, out_dir="x")))
+
+
+def test_prepare_stores_what_encoding_in_memory_gives(tmp_path: Path, tok: Tokenizer, monkeypatch) -> None:
+    """Placeholders, encoding and the max_len filter as the trainer applied them in memory, in chunks."""
+    monkeypatch.setattr("pipeline.data.prepare.CHUNK_PAIRS", 2)
+    write_merged(tmp_path / "merged.jsonl", MERGED)
+    meta = prepare(tmp_path / "merged.jsonl", tok, tmp_path / "ids", 64, "de", {"spm_sha256": "s"})
+    protected = [protect_pair(en, de) for en, de in zip(*read_merged(tmp_path / "merged.jsonl"), strict=True)]
+    expected = encode_pairs(tok, [en for en, _ in protected], [de for _, de in protected], 64)
+    corpus = TokenizedCorpus.open(tmp_path / "ids", spm_sha256="s")
+    assert [corpus[i] for i in range(len(corpus))] == expected
+    assert (meta["pairs"], meta["dropped_max_len"], meta["max_len"]) == (4, 1, 64)
+    assert json.loads((tmp_path / "ids" / "meta.json").read_text())["dropped_max_len"] == 1
+
+
+def test_prepare_of_a_bad_line_writes_nothing(tmp_path: Path, tok: Tokenizer) -> None:
+    (tmp_path / "merged.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n[1]\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"merged.jsonl: line 2: not a JSON object with fields en, de"):
+        prepare(tmp_path / "merged.jsonl", tok, tmp_path / "ids", 64, "de", {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged.jsonl"]
+
+
+def test_training_on_the_mapped_corpus_equals_training_on_lists(tmp_path: Path) -> None:
+    """Bit for bit: the same losses, validations and weights from the disk corpus and from lists."""
+    data = pairs(48)
+    write_corpus(tmp_path / "ids", chunks(data, 10), max_id=19, meta={})
+    results = []
+    for name, source in (("lists", data), ("mapped", TokenizedCorpus.open(tmp_path / "ids"))):
+        torch.manual_seed(0)
+        model = Transformer(TOY_MODEL, 20, 0)
+        run = RunContext(tmp_path / name, tmp_path / name / "log.csv", data_id="toy")
+        progress = train(model, source, ToyValidation(data[:16]), OptimConfig(**TOY_OPTIM), run)
+        results.append((progress.log, [p.detach().clone() for p in model.parameters()]))
+    (log_a, weights_a), (log_b, weights_b) = results
+    assert [r["train_loss"] for r in log_a] == [r["train_loss"] for r in log_b] and len(log_a) == 4
+    assert [r["val_loss"] for r in log_a] == [r["val_loss"] for r in log_b]
+    assert all(torch.equal(a, b) for a, b in zip(weights_a, weights_b, strict=True))
