@@ -280,7 +280,7 @@ def smoke_before_train(tmp_path_factory) -> tuple[Path, dict]:
     work = repo_copy(root / "repo")
     write_params(work, mlflow={"enabled": False})
     env = dag_env(root / "mlflow.db")
-    cmd = [sys.executable, "-m", "dvc", "repro", "incoming", "tokenizer", "warmup_train"]
+    cmd = [sys.executable, "-m", "dvc", "repro", "incoming", "tokenizer", "prepare", "warmup_train"]
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return work, env
