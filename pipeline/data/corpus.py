@@ -63,10 +63,9 @@ class TokenizedCorpus:
         """An in-memory corpus of `pairs` (the same arrays `write_corpus` would store)."""
         ids, offsets = {}, {}
         for n, side in enumerate(SIDES):
-            lengths = np.fromiter((len(p[n]) for p in pairs), dtype=np.int64, count=len(pairs))
-            offsets[side] = np.concatenate([[0], np.cumsum(lengths)])
-            flat = [i for p in pairs for i in p[n]]
-            ids[side] = np.array(flat, dtype=id_dtype(max(flat, default=0)))
+            flat, lengths = _side(pairs, n)
+            offsets[side] = _offsets(lengths)
+            ids[side] = flat.astype(id_dtype(int(flat.max(initial=0))))
         return cls(ids, offsets, {"format": FORMAT, "pairs": len(pairs)})
 
     @classmethod
@@ -120,6 +119,16 @@ class TokenizedCorpus:
                 yield np.frombuffer(chunk, dtype=ids.dtype)
 
 
+def _side(pairs: Sequence[Pair], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Side `n` (0 src, 1 tgt) of `pairs`: its ids concatenated and each pair's length, int64."""
+    flat = np.fromiter((i for p in pairs for i in p[n]), dtype=np.int64)
+    return flat, np.fromiter((len(p[n]) for p in pairs), dtype=np.int64, count=len(pairs))
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
     if path.stat().st_size == 0:  # np.memmap refuses an empty file
         return np.zeros(0, dtype=dtype)
@@ -158,18 +167,18 @@ def _write_arrays(
     try:
         for chunk in chunks:
             for n, side in enumerate(SIDES):
-                flat = np.fromiter((i for p in chunk for i in p[n]), dtype=np.int64)
+                flat, counts = _side(chunk, n)
                 if flat.size and (flat.max() > max_id or flat.min() < 0):
                     raise DataError(f"{where}: a piece id outside 0..{max_id}")
                 files[side].write(flat.astype(dtype).tobytes())
-                lengths[side].append(np.fromiter((len(p[n]) for p in chunk), dtype=np.int64))
+                lengths[side].append(counts)
     finally:
         for f in files.values():
             f.close()
     n_pairs = 0
     for side in SIDES:
         counts = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, dtype=np.int64)
-        np.save(tmp / f"{side}.idx.npy", np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        np.save(tmp / f"{side}.idx.npy", _offsets(counts))
         n_pairs = len(counts)
     return {"format": FORMAT, "dtype": dtype.str, "pairs": n_pairs}
 

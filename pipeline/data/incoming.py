@@ -177,20 +177,17 @@ class PairFilter:
         held = list(held_out)
         self.held_en = {_digest(key(en)) for en, _ in held}
         self.held_de = {_digest(key(de)) for _, de in held}
-        self.seen = {self._pair_digest(en, de) for en, de in train}
+        self.seen = {_digest(key(en) + "\t" + key(de)) for en, de in train}  # keys hold no tab
         self.read = self.leaks = self.dups = self.added = 0
-
-    @staticmethod
-    def _pair_digest(en: str, de: str) -> bytes:
-        return _digest(key(en) + "\t" + key(de))  # a key holds no tab: whitespace is collapsed
 
     def admit(self, en: str, de: str) -> bool:
         """True if the pair neither leaks a held-out sentence nor repeats a train or earlier pair."""
         self.read += 1
-        if _digest(key(en)) in self.held_en or _digest(key(de)) in self.held_de:
+        en_key, de_key = key(en), key(de)  # the costly part (NFKC): once per sentence
+        if _digest(en_key) in self.held_en or _digest(de_key) in self.held_de:
             self.leaks += 1
             return False
-        pair = self._pair_digest(en, de)
+        pair = _digest(en_key + "\t" + de_key)
         if pair in self.seen:
             self.dups += 1
             return False
