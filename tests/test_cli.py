@@ -162,7 +162,13 @@ def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
 
 
 def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
-    proc = translate_process(files, tmp_path, subprocess.PIPE)
+    # A shell's background job (`pytest &`) starts with SIGINT ignored, which exec passes on to the
+    # child; with a handler here instead, the child starts with the default, as in a terminal.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = translate_process(files, tmp_path, subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     proc.stdin.write(b"A dog walks.\n" * 300)  # one batch of 256 lines, then it waits for more
     proc.stdin.flush()
     for _ in range(256):

@@ -54,7 +54,7 @@ def bleu_lc_tok(hyps: list[str], refs: list[str], lang: str = "de") -> tuple[flo
         DataError: the lists differ in length, or are empty.
     """
     _check(hyps, refs)
-    bleu = BLEU(tokenize="none")
+    bleu = BLEU(tokenize="none", force=True)  # tokenised on purpose: no "forgot to detokenize?" warning
     tokenized = [paper_tokenize(h, lang) for h in hyps], [[paper_tokenize(r, lang) for r in refs]]
     return bleu.corpus_score(*tokenized).score, f"{bleu.get_signature()}|moses-lc-norm-tok:{lang}"
 
@@ -75,6 +75,18 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, float | str]:
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def length_ratio(hyps: list[str], refs: list[str]) -> float:
+    """Hypothesis length over reference length in sacreBLEU's 13a tokens (BLEU's brevity penalty
+    applies below 1).
+
+    Raises:
+        DataError: the lists differ in length, or are empty.
+    """
+    _check(hyps, refs)
+    result = BLEU().corpus_score(hyps, [refs])
+    return result.sys_len / result.ref_len
 
 
 def split_scores(
