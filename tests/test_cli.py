@@ -145,7 +145,14 @@ def translate_process(files: dict[str, Path], tmp_path: Path, stdin) -> subproce
     params.write_text("{}\n")
     cmd = [sys.executable, "-m", "pipeline", "translate", "--checkpoint", str(files["ckpt"]),
            "--spm", str(files["spm"]), "--params", str(params), "--beam-size", "1"]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=tmp_path, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(cmd, cwd=tmp_path, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)  # fmt: skip
+
+
+def default_sigint() -> None:
+    """Ctrl-C as in a terminal: a shell's background job (`pytest &`) starts with SIGINT ignored,
+    which exec would pass on to the child (and Python keeps an inherited SIG_IGN)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
@@ -162,13 +169,7 @@ def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
 
 
 def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
-    # A shell's background job (`pytest &`) starts with SIGINT ignored, which exec passes on to the
-    # child; with a handler here instead, the child starts with the default, as in a terminal.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        proc = translate_process(files, tmp_path, subprocess.PIPE)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    proc = translate_process(files, tmp_path, subprocess.PIPE)
     proc.stdin.write(b"A dog walks.\n" * 300)  # one batch of 256 lines, then it waits for more
     proc.stdin.flush()
     for _ in range(256):

@@ -77,16 +77,16 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, float | str]:
     }
 
 
-def length_ratio(hyps: list[str], refs: list[str]) -> float:
-    """Hypothesis length over reference length in sacreBLEU's 13a tokens (BLEU's brevity penalty
-    applies below 1).
+def bleu_and_length_ratio(hyps: list[str], refs: list[str]) -> tuple[float, float]:
+    """Cased corpus BLEU (0-100, as `score`) and hypothesis length over reference length in
+    sacreBLEU's 13a tokens (BLEU's brevity penalty applies below 1), from one sacreBLEU call.
 
     Raises:
         DataError: the lists differ in length, or are empty.
     """
     _check(hyps, refs)
     result = BLEU().corpus_score(hyps, [refs])
-    return result.sys_len / result.ref_len
+    return result.score, result.sys_len / result.ref_len
 
 
 def split_scores(

@@ -123,6 +123,11 @@ def read_record(path: Path = RECORD) -> list[dict]:
     return rows
 
 
+def recorded(rows: list[dict], name: str) -> dict | None:
+    """The record line of candidate `name`, or None."""
+    return next((r for r in rows if r["name"] == name), None)
+
+
 def write_record(rows: list[dict], path: Path = RECORD) -> None:
     write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
@@ -149,7 +154,7 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
         row |= compare(hyps.splitlines(), baseline, lang, load_corpus(params.download.out_dir)["val"][lang])
     write_text(HYPS_DIR / f"{name}.val.hyp.{lang}", hyps)
     rows = read_record()
-    earlier = next((r for r in rows if r["name"] == name), {})
+    earlier = recorded(rows, name) or {}
     if earlier.get("commit") == rev and "length_penalty" in earlier:  # the same model: its sweep holds
         row["length_penalty"] = earlier["length_penalty"]
     rows = [r for r in rows if r["name"] != name] + [row]

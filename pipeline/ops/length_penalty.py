@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline.core.config import DecodeConfig, Params, load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import PipelineError, run_main
-from pipeline.core.metrics import bleu_lc_tok, length_ratio, score
+from pipeline.core.metrics import bleu_and_length_ratio, bleu_lc_tok
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import model_file
 from pipeline.ops import experiments as ex
@@ -52,9 +52,10 @@ def step_up(
         raise PipelineError(f"length penalty: give at least two alphas, got {alphas}")
     out = {"alphas": alphas, "bleu": [], "bleu_lc_tok": [], "length_ratio": [], "p_vs_choice": [None]}
     for a in alphas:
-        out["bleu"].append(round(score(hyps[a], refs)["bleu"], 2))
+        bleu, ratio = bleu_and_length_ratio(hyps[a], refs)
+        out["bleu"].append(round(bleu, 2))
         out["bleu_lc_tok"].append(round(bleu_lc_tok(hyps[a], refs, lang)[0], 2))
-        out["length_ratio"].append(round(length_ratio(hyps[a], refs), 3))
+        out["length_ratio"].append(round(ratio, 3))
     chosen = 0
     for i in range(1, len(alphas)):
         cmp = paired_bootstrap(refs, hyps[alphas[chosen]], hyps[alphas[i]], n_samples)
@@ -97,7 +98,7 @@ def sweep(name: str, alphas: list[float]) -> dict:
         PipelineError: `name` is not recorded, or its files cannot be read.
     """
     rows = ex.read_record()
-    row = next((r for r in rows if r["name"] == name), None)
+    row = ex.recorded(rows, name)
     if row is None:
         raise PipelineError(f"{ex.RECORD}: no candidate {name!r} (record it first)")
     params = load_params()
