@@ -44,6 +44,7 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "peak_gflops": "this machine's matmul peak in peak_dtype (best of several square matmuls)",
     "peak_dtype": "the dtype our training step's matmuls run in (the trainer's precision)",
     "bf16_peak_gflops": "this machine's bf16 matmul peak, when the trainer runs fp32 (why auto chose fp32)",
+    "per_token_speedup": "target tokens/s at the larger max_tokens / at the smaller (bench.batch_tokens)",
     "compiled_vs_eager": "ours under torch.compile / ours eager, training speed after compilation",
     "compile_s": "seconds torch.compile added to its first training step (default config)",
     "naive_greedy_sent_s": "sentences/s, greedy re-running the whole decoder per step, 1 sentence at a time",

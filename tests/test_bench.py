@@ -14,7 +14,7 @@ import torch
 import yaml
 from datasets import Dataset, DatasetDict
 
-from bench import decode_speed, memory, naive, nn_transformer, train_speed
+from bench import batch_tokens, decode_speed, memory, naive, nn_transformer, train_speed
 from bench.common import record
 from bench.flops import matmul_weights, train_step_flops
 from pipeline.core.config import ModelConfig, TokenizerConfig
@@ -111,6 +111,22 @@ def test_train_speed_levers_other_precision_off_and_compile(workspace: Path, mon
     assert data["compiled_vs_eager"] > 0 and data["compile_s"] is not None
     if data["peak_dtype"] == "fp32":
         assert data["bf16_peak_gflops"] > 0
+
+
+def test_batch_tokens_compares_two_sizes(workspace: Path) -> None:
+    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1"]
+    batch_tokens.main(common_args(workspace) + args)
+    data = bench_json(workspace)
+    assert_positive(data, ["per_token_speedup"])
+    small, large = data["batch_tokens_detail"]
+    assert (small["max_tokens"], large["max_tokens"]) == (200, 400)
+    assert small["tgt_tokens_per_step"] < large["tgt_tokens_per_step"] <= 400
+    assert all(row["tok_s"] > 0 and 0 < row["mfu"] for row in (small, large))
+
+
+def test_batch_tokens_names_a_size_with_too_few_batches(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="--max-tokens 100000: 1 batches"):
+        batch_tokens.main(common_args(workspace) + ["--max-tokens", "200,100000", "--steps", "2"])
 
 
 def test_decode_speed_writes_its_keys(workspace: Path) -> None:

@@ -63,6 +63,24 @@ def test_table_shows_what_changed_against_the_baseline_and_p():
     assert ex.changed(cand, older) == "model.dropout=0.3"  # a knob the baseline predates: its default 0.1
 
 
+def test_curve_reads_validation_rows_and_the_table_counts_tokens():
+    log = "step,epoch,train_loss,val_loss,val_bleu,lr\n200,1,5.0,3.0,13.444,0.001\n300,1,4.9,,,0.001\n400,2,4.0,2.4,24.59,0.002\n"
+    assert ex.val_curve(log) == {"steps": [200, 400], "bleu_greedy": [13.44, 24.59]}
+    assert ex.val_curve(None) is None
+    small = {
+        "name": "t2500",
+        "steps": 3200,
+        "target_tokens": 8e6,
+        "val_curve": {"steps": [400], "bleu_greedy": [19.4]},
+    }
+    large = {"name": "t5000", "steps": 1600, "target_tokens": 8e6, "val_curve": ex.val_curve(log)}
+    lines = ex.curve_table([small, large, {"name": "no-curve"}]).splitlines()
+    assert "| t2500 | 2,500 | 19.40 (1.0M) |  |" in lines
+    assert "| t5000 | 5,000 | 13.44 (1.0M) | 24.59 (2.0M) |" in lines
+    assert not any("no-curve" in line for line in lines)
+    assert ex.curve_table([{"name": "old"}]) == ""
+
+
 def test_a_broken_record_line_names_file_and_line(tmp_path):
     path = tmp_path / "experiments.jsonl"
     path.write_text('{"name": "a"}\nnot json\n')

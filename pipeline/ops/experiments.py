@@ -8,18 +8,22 @@ finished candidate is recorded into files that travel with the repository:
 
 `record` finds the DVC experiment NAME (`dvc exp show --json --all-commits`), reads its params, its
 metrics (train summary, val scores), its train facts (what ended it, the final-model candidates, the
-CPU) and its val translations from the experiment's commit, and stores one JSON line in
+CPU), its greedy val BLEU at each validation (`train.log_csv`) and its val translations from the
+experiment's commit, and stores one JSON line in
 `reports/experiments.jsonl` (replacing an earlier line of the same name) and the translations in
 `reports/study/NAME.val.hyp.<lang>`. With `--baseline`, an already recorded candidate, it adds the
 sacreBLEU paired bootstrap p of NAME's val BLEU against the baseline's (the test the champion
-promotion uses). `render` writes `reports/experiments.md` from the record, with the length-penalty
-sweeps `pipeline.ops.length_penalty` adds to it. Only val is recorded: the study selects on val,
+promotion uses). `render` writes `reports/experiments.md` from the record: the study table, the
+greedy val BLEU by training target tokens (candidates with other batch sizes compare per token, not
+per step), and the length-penalty sweeps `pipeline.ops.length_penalty` adds to the record. Only val is recorded: the study selects on val,
 test sets are for reporting.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import platform
 import subprocess
@@ -79,6 +83,17 @@ def git_file(rev: str, path: str) -> str | None:
     """The text of `path` at commit `rev`, or None when it is not there."""
     out = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
     return out.stdout if out.returncode == 0 else None
+
+
+def val_curve(log_csv: str | None) -> dict | None:
+    """{"steps": [...], "bleu_greedy": [...]} from a train log's validation rows (None without a log)."""
+    if not log_csv:
+        return None
+    rows = [r for r in csv.DictReader(io.StringIO(log_csv)) if r.get("val_bleu")]
+    return {
+        "steps": [int(r["step"]) for r in rows],
+        "bleu_greedy": [round(float(r["val_bleu"]), 2) for r in rows],
+    }
 
 
 def recipe(params: dict) -> dict:
@@ -146,6 +161,7 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
     if hyps is None:
         raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
     row = entry(name, rev, base, data, facts, params.train.metrics_json) | {
+        "val_curve": val_curve(git_file(rev, params.train.log_csv)),
         "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
         "recorded_on": platform.node(),
         "note": note,
@@ -213,6 +229,35 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def curve_table(rows: list[dict]) -> str:
+    """Greedy val BLEU at each validation against the target tokens trained on by then (the
+    candidate's mean tokens per step times the step), one line per candidate with a curve."""
+    with_curve = [r for r in rows if r.get("val_curve") and r.get("target_tokens") and r.get("steps")]
+    if not with_curve:
+        return ""
+    width = max(len(r["val_curve"]["steps"]) for r in with_curve)
+    lines = [
+        "\n## Greedy val BLEU by training tokens\n",
+        "Each cell: greedy val BLEU at a validation (M target tokens trained on by then: steps times "
+        "the run's mean target tokens per step). Candidates with other batch sizes compare here per "
+        "token, not per step.\n",
+        "| experiment | target tokens per step | "
+        + " | ".join(f"validation {i + 1}" for i in range(width))
+        + " |",
+        "|---|---|" + "---|" * width,
+    ]
+    for row in with_curve:
+        per_step = row["target_tokens"] / row["steps"]
+        curve = row["val_curve"]
+        cells = [
+            "–" if bleu is None else f"{bleu:.2f} ({step * per_step / 1e6:.1f}M)"
+            for step, bleu in zip(curve["steps"], curve["bleu_greedy"], strict=True)
+        ]
+        cells += [""] * (width - len(cells))
+        lines.append(f"| {row['name']} | {per_step:,.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def length_penalty_table(rows: list[dict]) -> str:
     """One line per α of each candidate `pipeline.ops.length_penalty` swept ("" when none was)."""
     swept = [r for r in rows if r.get("length_penalty")]
@@ -242,7 +287,7 @@ def render(rows: list[dict], out: Path = TABLE) -> None:
         "sacreBLEU's paired bootstrap of val BLEU against the baseline; `final model` is the "
         "candidate chosen on greedy val BLEU).\n\n"
     )
-    write_text(out, header + markdown(rows) + length_penalty_table(rows))
+    write_text(out, header + markdown(rows) + curve_table(rows) + length_penalty_table(rows))
 
 
 def cli(argv: list[str]) -> None:
