@@ -94,6 +94,7 @@ def run(
     bf16: bool,
     steps: int,
     warmup: int,
+    peak_size: int,
 ) -> dict:
     """Race one model per size; returns the figures for bench.json."""
     by_size = size_batches(pairs, optim, sizes, warmup + steps, ids, device)
@@ -105,7 +106,7 @@ def run(
         model.load_state_dict(first.state_dict())
         runners.append(Runner(f"max_tokens {size}", model.train(), bf16, adam(model, optim)))
     race(runners, [by_size[s] for s in sizes], warmup, optim)
-    peak = matmul_peaks(device, bf16, 8192 if device.type == "cuda" else 2048)["bf16" if bf16 else "fp32"]
+    peak = matmul_peaks(device, bf16, peak_size)["bf16" if bf16 else "fp32"]
     detail, speeds = [], []
     for size, r in zip(sizes, runners, strict=True):
         timed_batches = by_size[size][warmup:]
@@ -134,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--max-tokens", default="2500,5000", help="comma-separated sizes, smallest first")
     p.add_argument("--steps", type=int, default=12, help="timed steps per size")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per size first")
+    p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.max_tokens.split(",")]
     params, tok, corpus = load_inputs(args.params)
@@ -142,7 +144,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
-    figures = run(pairs, cfg, tok.vocab_size, ids, optim, sizes, device, bf16, args.steps, args.warmup)
+    peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
+    figures = run(
+        pairs, cfg, tok.vocab_size, ids, optim, sizes, device, bf16, args.steps, args.warmup, peak_size
+    )
     print("\n".join(table(figures["batch_tokens_detail"])))
     print(f"per_token_speedup (max_tokens {sizes[-1]} vs {sizes[0]}): {figures['per_token_speedup']}")
     record(args.out_dir, "batch_tokens", command_line("bench.batch_tokens", argv), figures, device)

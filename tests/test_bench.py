@@ -114,7 +114,7 @@ def test_train_speed_levers_other_precision_off_and_compile(workspace: Path, mon
 
 
 def test_batch_tokens_compares_two_sizes(workspace: Path) -> None:
-    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1"]
+    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
     batch_tokens.main(common_args(workspace) + args)
     data = bench_json(workspace)
     assert_positive(data, ["per_token_speedup"])
