@@ -9,14 +9,14 @@ finished candidate is recorded into files that travel with the repository:
 `record` finds the DVC experiment NAME (`dvc exp show --json --all-commits`), reads its params, its
 metrics (train summary, val scores), its train facts (what ended it, the final-model candidates, the
 CPU), its greedy val BLEU at each validation (`train.log_csv`) and its val translations from the
-experiment's commit, and stores one JSON line in
-`reports/experiments.jsonl` (replacing an earlier line of the same name) and the translations in
-`reports/study/NAME.val.hyp.<lang>`. With `--baseline`, an already recorded candidate, it adds the
-sacreBLEU paired bootstrap p of NAME's val BLEU against the baseline's (the test the champion
-promotion uses). `render` writes `reports/experiments.md` from the record: the study table, the
-greedy val BLEU by training target tokens (candidates with other batch sizes compare per token, not
-per step), and the length-penalty sweeps `pipeline.ops.length_penalty` adds to the record. Only val is recorded: the study selects on val,
-test sets are for reporting.
+experiment's commit, and stores one JSON line in `reports/experiments.jsonl` (replacing an earlier
+line of the same name) and the translations in `reports/study/NAME.val.hyp.<lang>`. With
+`--baseline`, an already recorded candidate, it adds the sacreBLEU paired bootstrap p of NAME's val
+BLEU against the baseline's (the test the champion promotion uses). `render` writes
+`reports/experiments.md` from the record: the study table, the greedy val BLEU by training target
+tokens (candidates with other batch sizes compare per token, not per step), and the length-penalty
+sweeps `pipeline.ops.length_penalty` adds to the record. Only val is recorded: the study selects on
+val, test sets are for reporting.
 """
 
 from __future__ import annotations
