@@ -44,9 +44,25 @@ from bench.flops import train_step_flops
 from bench.train_speed import Batch, Runner, adam, make_batch, matmul_peaks, real_batches, step_of
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
 from pipeline.core.device import setup
+from pipeline.core.errors import ConfigError, run_main
 from pipeline.data.batching import Pair
 from pipeline.model.transformer import Transformer
 from pipeline.training.loop import encode_pairs
+
+
+def parse_sizes(text: str) -> list[int]:
+    """`"2500,5000"` -> [2500, 5000].
+
+    Raises:
+        ConfigError: not at least two positive integers, smallest first.
+    """
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if len(sizes) < 2 or min(sizes) <= 0 or sizes != sorted(sizes):
+        raise ConfigError(f"--max-tokens {text!r}: give two or more positive integers, smallest first")
+    return sizes
 
 
 def size_batches(
@@ -60,13 +76,13 @@ def size_batches(
     """The first `n` batches of the trainer's order at each `max_tokens` in `sizes`.
 
     Raises:
-        ValueError: the data holds fewer than `n` batches at some size.
+        ConfigError: the data holds fewer than `n` batches at some size.
     """
     out = {}
     for size in sizes:
         cut = real_batches(pairs, with_updates(optim, {"max_tokens": size}), n)
         if len(cut) < n:
-            raise ValueError(f"--max-tokens {size}: {len(cut)} batches of training data, {n} needed")
+            raise ConfigError(f"--max-tokens {size}: {len(cut)} batches of training data, {n} needed")
         out[size] = [make_batch(b, ids, device) for b in cut]
     return out
 
@@ -137,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per size first")
     p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
     args = p.parse_args(argv)
-    sizes = [int(s) for s in args.max_tokens.split(",")]
+    sizes = parse_sizes(args.max_tokens)
     params, tok, corpus = load_inputs(args.params)
     optim = params.train.optim
     cfg = with_updates(params.train.model, parse_override(args.model_override))
@@ -155,4 +171,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -19,6 +19,7 @@ import torch
 
 from bench.common import command_line, record, timed_result
 from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
 from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
@@ -58,4 +59,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

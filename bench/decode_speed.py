@@ -55,6 +55,7 @@ from bench.common import (
 )
 from pipeline.core.config import DecodeConfig
 from pipeline.core.device import pick_device
+from pipeline.core.errors import run_main
 from pipeline.data.batching import batches
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.greedy import max_lengths
@@ -192,4 +193,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -51,6 +51,7 @@ from bench.common import (
 from bench.train_speed import Runner, adam, make_batch, step_of
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
 from pipeline.core.device import setup
+from pipeline.core.errors import run_main
 from pipeline.data.batching import Pair, make_batches
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.transformer import Transformer
@@ -176,4 +177,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

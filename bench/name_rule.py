@@ -21,6 +21,7 @@ import torch
 
 from bench.common import command_line, record
 from pipeline.core.config import load_params
+from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import WORD_RE
@@ -73,4 +74,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -43,6 +43,7 @@ import numpy as np
 import yaml
 
 from bench.common import CPU, base_parser, command_line, parse_override, record, sig, table
+from pipeline.core.errors import run_main
 from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 SIZES = (30_000, 300_000, 3_000_000)
@@ -198,4 +199,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -74,6 +74,7 @@ from bench.common import (
 from bench.flops import matmul_peak_gflops, train_step_flops
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, setup, use_bf16
+from pipeline.core.errors import run_main
 from pipeline.data.batching import Pair, collate, make_batches
 from pipeline.model.transformer import Transformer
 from pipeline.training import loop
@@ -361,4 +362,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from bench import batch_tokens, decode_speed, memory, naive, nn_transformer, tra
 from bench.common import record
 from bench.flops import matmul_weights, train_step_flops
 from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.core.errors import ConfigError
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import train_tokenizer
 from pipeline.model.transformer import Transformer
@@ -125,8 +128,27 @@ def test_batch_tokens_compares_two_sizes(workspace: Path) -> None:
 
 
 def test_batch_tokens_names_a_size_with_too_few_batches(workspace: Path) -> None:
-    with pytest.raises(ValueError, match="--max-tokens 100000: 1 batches"):
+    with pytest.raises(ConfigError, match="--max-tokens 100000: 1 batches"):
         batch_tokens.main(common_args(workspace) + ["--max-tokens", "200,100000", "--steps", "2"])
+    for bad in ("2500", "5000,2500", "a,b", "0,100"):
+        with pytest.raises(ConfigError, match="two or more positive integers"):
+            batch_tokens.parse_sizes(bad)
+
+
+def test_a_benchmark_reports_a_missing_input_in_one_line(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"tokenizer": {"out_dir": str(tmp_path / "no_spm")}}))
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.batch_tokens", "--params", str(params)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'no_spm' / 'spm.model'}: SentencePiece model not found (run the tokenizer stage)"
+    ]
 
 
 def test_decode_speed_writes_its_keys(workspace: Path) -> None:
