@@ -24,6 +24,7 @@ Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one ro
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Sequence
 
@@ -38,10 +39,9 @@ from bench.common import (
     record,
     sig,
     table,
-    timed,
 )
 from bench.flops import train_step_flops
-from bench.train_speed import Batch, Runner, adam, make_batch, matmul_peaks, real_batches, step_of
+from bench.train_speed import Batch, Runner, adam, make_batch, matmul_peaks, race_lanes, real_batches
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
 from pipeline.core.device import setup
 from pipeline.core.errors import ConfigError, run_main
@@ -87,18 +87,6 @@ def size_batches(
     return out
 
 
-def race(runners: list[Runner], batches: list[list[Batch]], warmup: int, optim: OptimConfig) -> None:
-    """Runner j trains on `batches[j]`; step i of every runner before step i + 1 of any, the
-    order rotating each step; steps after `warmup` are timed."""
-    lanes = list(zip(runners, batches, strict=True))
-    for i in range(len(batches[0])):
-        k = i % len(lanes)
-        for runner, lane in lanes[k:] + lanes[:k]:
-            seconds = timed(step_of(runner, lane[i], optim), lane[i].src.device)
-            if i >= warmup:
-                runner.seconds.append(seconds)
-
-
 def run(
     pairs: list[Pair],
     cfg: ModelConfig,
@@ -116,12 +104,11 @@ def run(
     by_size = size_batches(pairs, optim, sizes, warmup + steps, ids, device)
     torch.manual_seed(optim.seed)
     first = Transformer(cfg, vocab, ids[0]).to(device)
-    runners = []
-    for size in sizes:
-        model = Transformer(cfg, vocab, ids[0]).to(device)
-        model.load_state_dict(first.state_dict())
-        runners.append(Runner(f"max_tokens {size}", model.train(), bf16, adam(model, optim)))
-    race(runners, [by_size[s] for s in sizes], warmup, optim)
+    models = [first] + [copy.deepcopy(first) for _ in sizes[1:]]
+    runners = [
+        Runner(f"max_tokens {s}", m.train(), bf16, adam(m, optim)) for s, m in zip(sizes, models, strict=True)
+    ]
+    race_lanes(runners, [by_size[s] for s in sizes], warmup, optim)
     peak = matmul_peaks(device, bf16, peak_size)["bf16" if bf16 else "fp32"]
     detail, speeds = [], []
     for size, r in zip(sizes, runners, strict=True):

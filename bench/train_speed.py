@@ -201,10 +201,18 @@ def make_runners(
 def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimConfig) -> None:
     """Every runner trains on every batch, round-robin, rotating the order; steps after
     `warmup` batches are timed."""
-    for i, batch in enumerate(batches):
-        k = i % len(runners)
-        for r in runners[k:] + runners[:k]:
-            seconds = timed(step_of(r, batch, optim), batch.src.device)
+    race_lanes(runners, [batches] * len(runners), warmup, optim)
+
+
+def race_lanes(runners: list[Runner], lanes: list[list[Batch]], warmup: int, optim: OptimConfig) -> None:
+    """Runner j trains on `lanes[j]` (lanes of equal length): step i of every runner before step
+    i + 1 of any, the order rotating each step; steps after `warmup` are timed, the first is kept
+    in `first_step`."""
+    pairs = list(zip(runners, lanes, strict=True))
+    for i in range(len(lanes[0])):
+        k = i % len(pairs)
+        for r, lane in pairs[k:] + pairs[:k]:
+            seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
             if i >= warmup:
                 r.seconds.append(seconds)
             elif i == 0:
