@@ -121,7 +121,7 @@ class OptimConfig(Section):
     the others are budgets and bookkeeping that may change between a run and its continuation.
     """
 
-    seed: int = 1
+    seed: int = 2
     max_tokens: int = Field(default=2500, gt=0)  # padded tokens of the larger side per batch
     accum_steps: int = Field(default=1, gt=0)
     peak_lr: float = Field(default=1e-3, gt=0.0)
@@ -204,7 +204,7 @@ class DecodeConfig(Section):
     """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
 
     beam_size: int = Field(default=5, gt=0, le=MAX_BEAM_SIZE)
-    length_penalty: float = Field(default=1.4, ge=0.0)
+    length_penalty: float = Field(default=2.2, ge=0.0)
     max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
     max_len_b: int = Field(default=10, ge=1)
     batch_size: int = Field(default=64, gt=0)  # sentences per batch
