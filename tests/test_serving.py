@@ -28,7 +28,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory):
         from pipeline.tracking import runs as tracking
 
         run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
-        config = DecodeConfig(beam_size=3, max_len_a=1.2, max_len_b=4).model_dump() | LIMITS
+        config = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4).model_dump() | LIMITS
         version = log_translator(run_id, files["ckpt"], files["spm"], config, NAME)
     return f"models:/{NAME}/{version}", uri
 
@@ -41,7 +41,7 @@ def test_signature_and_input_example_are_logged(logged, monkeypatch) -> None:
     info = mlflow.models.get_model_info(model_uri)
     assert info.signature.inputs.to_dict() == [{"type": "string", "required": True}]  # list[str]
     params = {p.name: p.default for p in info.signature.params}
-    assert params == {"beam_size": 3, "length_penalty": 1.4, "n_best": 0}  # the logged decode config
+    assert params == {"beam_size": 3, "length_penalty": 1.2, "n_best": 0}  # the logged decode config
     assert info.saved_input_example_info is not None
 
 
