@@ -28,7 +28,8 @@ def logged(tmp_path_factory: pytest.TempPathFactory):
         from pipeline.tracking import runs as tracking
 
         run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
-        config = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4).model_dump() | LIMITS
+        decode = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4)
+        config = decode.model_dump() | LIMITS
         version = log_translator(run_id, files["ckpt"], files["spm"], config, NAME)
     return f"models:/{NAME}/{version}", uri
 
