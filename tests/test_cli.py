@@ -26,6 +26,12 @@ from pipeline.training import checkpoint
 CFG = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)
 
 
+def decode_flags(cfg: DecodeConfig) -> list[str]:
+    """`mt-translate` flags that decode as `cfg` does (instead of with params.yaml's decode section)."""
+    return ["--beam-size", str(cfg.beam_size), "--length-penalty", str(cfg.length_penalty),
+            "--max-len-a", str(cfg.max_len_a), "--max-len-b", str(cfg.max_len_b)]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return tiny.build(tmp_path_factory.mktemp("tiny"))
@@ -67,7 +73,7 @@ def test_uppercase_bleu_is_computed(loaded: OursEngine) -> None:
 
 
 def cli(files: dict[str, Path], *args: str) -> list[str]:
-    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), "--beam-size", "2", *args]
+    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), *decode_flags(CFG), *args]
     translate_main(argv)
     return []
 
@@ -124,11 +130,11 @@ def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_p
 
     export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2")
     lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]
-    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), "--beam-size", "1"]
+    greedy_cfg = CFG.model_copy(update={"beam_size": 1})
+    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), *decode_flags(greedy_cfg)]
     translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
                     "float32", *lines])  # fmt: skip
     out = capsys.readouterr().out.split("\n")[:-1]
-    greedy_cfg = CFG.model_copy(update={"beam_size": 1})
     assert out == translate_lines(loaded, lines, greedy_cfg)
     translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
                     "float32", "--n-best", "1", lines[0]])  # fmt: skip
