@@ -8,6 +8,7 @@ SentencePiece model the pipeline wrote); each prints its table and merges its fi
     python -m bench.decode_speed [--sentences N]
     python -m bench.memory [--steps N] [--sentences N]
 
-Baselines live beside them: `bench.naive` (the seed tutorial's style) and `bench.nn_transformer`
-(the same architecture on `torch.nn.Transformer`). `bench.flops` counts a training step's FLOPs.
+Baselines live beside them: `bench.naive` (the tutorial's style) and `bench.nn_transformer`
+(the same architecture on `torch.nn.Transformer`); `bench.flops` measures the matmul peak that MFU
+divides by.
 """

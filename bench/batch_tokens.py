@@ -15,7 +15,7 @@ rotating each step, so machine noise hits all alike. A step is the trainer's own
 `pipeline.training.loop.train_step` in the trainer's precision.
 
 Per size: tok/s = target tokens / seconds over the timed steps; achieved GFLOP/s likewise with
-`bench.flops`'s count; mfu = achieved / the matmul peak in the step's dtype, measured in the same
+`pipeline.model.flops`'s count; mfu = achieved / the matmul peak in the step's dtype, measured in the same
 run. `per_token_speedup` = median over steps i of (tok/s of the last size at step i) / (tok/s of
 the first size at step i): above 1, the larger steps cost less per target token.
 
@@ -40,14 +40,14 @@ from bench.common import (
     sig,
     table,
 )
-from bench.flops import train_step_flops
-from bench.train_speed import Batch, Runner, adam, make_batch, matmul_peaks, race_lanes, real_batches
+from bench.train_speed import Batch, Runner, make_batch, matmul_peaks, race_lanes, real_batches
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
 from pipeline.core.device import setup
 from pipeline.core.errors import ConfigError, run_main
 from pipeline.data.batching import Pair
+from pipeline.model.flops import train_step_flops
 from pipeline.model.transformer import Transformer
-from pipeline.training.loop import encode_pairs
+from pipeline.training.loop import encode_pairs, make_optimizer
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -106,7 +106,8 @@ def run(
     first = Transformer(cfg, vocab, ids[0]).to(device)
     models = [first] + [copy.deepcopy(first) for _ in sizes[1:]]
     runners = [
-        Runner(f"max_tokens {s}", m.train(), bf16, adam(m, optim)) for s, m in zip(sizes, models, strict=True)
+        Runner(f"max_tokens {s}", m.train(), bf16, make_optimizer(m, optim))
+        for s, m in zip(sizes, models, strict=True)
     ]
     race_lanes(runners, [by_size[s] for s in sizes], warmup, optim)
     peak = matmul_peaks(device, bf16, peak_size)["bf16" if bf16 else "fp32"]

@@ -22,6 +22,7 @@ import yaml
 from datasets import DatasetDict
 
 from pipeline.core.config import FieldError, ModelConfig, Params, load_params, with_updates
+from pipeline.core.device import cpu_name
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
 from pipeline.data.multi30k import load_corpus
@@ -29,7 +30,7 @@ from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.training.checkpoint import load_model
 
-SEED_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the seed tutorial's "tiny"
+TUTORIAL_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the tutorial's "tiny"
 WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)
 DEFAULT_CHECKPOINT = "models/transformer/model.pt"
 CPU = torch.device("cpu")
@@ -37,10 +38,10 @@ CPU = torch.device("cpu")
 HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "train_tok_s": "ours, default config: target tokens/s of a training step (fwd + bwd + Adam)",
     "train_vs_nn_transformer": "ours / torch.nn.Transformer baseline, training speed (default config)",
-    "train_vs_naive": "ours / naive seed-style baseline, training speed (default config)",
+    "train_vs_naive": "ours / naive tutorial-style baseline, training speed (default config)",
     "bf16_vs_fp32": "ours under bf16 autocast / ours in fp32, training speed (default config)",
     "mfu": "model FLOPs utilization of our training step: achieved_gflops / peak_gflops",
-    "achieved_gflops": "matmul GFLOP/s of our training step (bench/flops.py formula)",
+    "achieved_gflops": "matmul GFLOP/s of our training step (pipeline/model/flops.py formula)",
     "peak_gflops": "this machine's matmul peak in peak_dtype (best of several square matmuls)",
     "peak_dtype": "the dtype our training step's matmuls run in (the trainer's precision)",
     "bf16_peak_gflops": "this machine's bf16 matmul peak, when the trainer runs fp32 (why auto chose fp32)",
@@ -94,9 +95,9 @@ def model_config(base: ModelConfig, **fields) -> ModelConfig:
 
 
 def named_configs(params: Params, names: Sequence[str], override: dict) -> dict[str, ModelConfig]:
-    """'tiny' (the seed's sizes), 'wu_tiny' (Wu et al.'s 4+4 layers, D128, d_ff 256) and/or
+    """'tiny' (the tutorial's sizes), 'wu_tiny' (Wu et al.'s 4+4 layers, D128, d_ff 256) and/or
     'default' (params `train.model`), each with `override`."""
-    known = {"tiny": SEED_DIMS, "wu_tiny": WU_TINY, "default": {}}
+    known = {"tiny": TUTORIAL_DIMS, "wu_tiny": WU_TINY, "default": {}}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"--configs: unknown {unknown}; choose from {sorted(known)}")
@@ -154,22 +155,12 @@ def sig(x: float, digits: int = 4) -> float:
 # ---- report --------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def machine(device: torch.device) -> dict:
     """Where a benchmark ran."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
     return {
         "processor": platform.processor() or platform.machine(),
-        "cpu": cpu_model(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

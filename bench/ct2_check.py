@@ -23,8 +23,8 @@ from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
 from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
-from pipeline.serving.ours import translate
-from pipeline.serving.translator import load_translator as load_ours
+from pipeline.serving.torch_engine import translate
+from pipeline.serving.translator import load_translator
 
 
 def main() -> None:
@@ -35,7 +35,9 @@ def main() -> None:
     datasets.disable_progress_bars()
     params = load_params()
     cfg, threads = params.decode, torch.get_num_threads()
-    loaded = load_ours(Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model")
+    loaded = load_translator(
+        Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model"
+    )
     export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split["de"])

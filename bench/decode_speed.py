@@ -13,7 +13,7 @@ CPU), in fp32 as the decode stage does (denormals flushed, as in training), with
 
 Methods, all text in -> text out (SentencePiece encode/decode included):
   naive_greedy   one sentence at a time, no cache: each step re-runs our model's full `decode`
-                 over the whole prefix and takes the argmax of the last position (the seed's way)
+                 over the whole prefix and takes the argmax of the last position (the tutorial's way)
   greedy_cached  `pipeline.model.greedy.greedy` via `translate` (beam 1), `decode.batch_size` sentences
                  per batch, the KV cache
   beam5          `translate` with beam size 5 (length penalty `decode.length_penalty`), batched,
@@ -61,7 +61,7 @@ from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.greedy import max_lengths
 from pipeline.model.transformer import Transformer
 from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
-from pipeline.serving.ours import translate
+from pipeline.serving.torch_engine import translate
 
 Method = Callable[[list[str]], list[str]]
 

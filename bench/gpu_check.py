@@ -7,12 +7,13 @@ Run through `bench/gpu_check.sh` (which installs the carried wheels first). In o
    the budgets (`train.optim.max_minutes` = `--train-minutes`, `warmup_train.optim.max_minutes` =
    `--warmup-minutes`) and MLflow, which is off; `--cpu-dry-run` also merges
    tests/smoke_params.yaml (~500 pairs, tiny models) to prove the plumbing on a CPU;
-3. every stage of dvc.yaml but `report`, in file order (a topological order), by its own `cmd`,
-   with `MULTI30K_MIRROR` at the carried copy (`.m30k/`); a failed stage stops the later ones,
-   except `warmup_train`, whose gate is recorded but does not feed training;
+3. every stage of dvc.yaml but `report`, in DAG order, by its own `cmd` (as `pipeline.ops.dag`
+   reads them: DVC is not carried), with `MULTI30K_MIRROR` at the carried copy (`.m30k/`); a failed
+   stage stops the later ones, except `warmup_train`, whose gate is recorded but does not feed
+   training;
 4. the bf16 matmul peak of this machine (`bench.flops`), and the training's MFU: target tokens/s
    (median over the training log's validation windows, which exclude validation time) × matmul
-   FLOPs per target token of the training data (`bench.flops.train_step_flops`) / peak.
+   FLOPs per target token of the training data (`pipeline.model.flops.train_step_flops`) / peak.
 
 The report (`--out`, default reports/gpu.json) is rewritten after every step, so a run cut short
 still leaves what it reached; it and the stages' metrics and logs are also copied to `$OUT` when
@@ -27,7 +28,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import statistics
@@ -39,6 +39,9 @@ from pathlib import Path
 
 import torch
 import yaml
+
+from pipeline.core.io import write_json, write_text
+from pipeline.ops.dag import Stage, merge_params, read_dag, read_params
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP_STAGES = ("report",)  # figures for the README: not part of the check
@@ -74,14 +77,6 @@ class Deadline:
         return round((time.time() - self.start) / 60, 2)
 
 
-def merge(base: dict, over: dict) -> dict:
-    """Deep-merge `over` into a copy of `base`."""
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = merge(base.get(key) or {}, value) if isinstance(value, dict) else value
-    return out
-
-
 def environment() -> dict:
     """Device, versions and the machine, read in this process."""
     cuda = torch.cuda.is_available()
@@ -104,14 +99,10 @@ def environment() -> dict:
 
 
 def write_report(report: dict, out: Path) -> None:
-    """Write the report to `out` and, when env OUT is set, to $OUT/gpu.json."""
-    text = json.dumps(report, indent=2) + "\n"
+    """Write the report to `out` and, when env OUT is set, to $OUT/gpu.json (atomically)."""
     targets = [out] + ([Path(os.environ["OUT"]) / "gpu.json"] if os.environ.get("OUT") else [])
     for path in targets:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_json(path, report)
 
 
 def blocker_dir(work: Path) -> Path:
@@ -175,42 +166,17 @@ def run_tests(env: dict, work: Path, deadline: Deadline) -> dict:
     return facts
 
 
-def resolve(text: str, params: dict) -> str:
-    """Replace dvc.yaml's `${a.b}` with the params value."""
-
-    def value(match: re.Match) -> str:
-        node = params
-        for key in match.group(1).split("."):
-            node = node[key]
-        return str(node)
-
-    return re.sub(r"\$\{(\w+(?:\.\w+)*)\}", value, text)
+def dag(params: dict) -> dict[str, Stage]:
+    """dvc.yaml's stages in DAG order, minus SKIP_STAGES, interpolated with `params`."""
+    return {n: s for n, s in read_dag(REPO, params).items() if n not in SKIP_STAGES}
 
 
-def entries(items: list) -> list[str]:
-    """dvc.yaml deps/outs/metrics entries -> paths (an entry is a path or {path: options})."""
-    return [next(iter(i)) if isinstance(i, dict) else i for i in items or []]
-
-
-def dag(params: dict) -> dict[str, dict]:
-    """dvc.yaml's stages in file order (minus SKIP_STAGES), each with its cmd, deps, outs, metrics
-    resolved against `params`."""
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    out = {}
-    for name, stage in stages.items():
-        if name in SKIP_STAGES:
-            continue
-        files = {k: [resolve(p, params) for p in entries(stage.get(k))] for k in ("deps", "outs", "metrics")}
-        out[name] = {"cmd": " ".join(resolve(stage["cmd"], params).split()), **files}
-    return out
-
-
-def scratch_copy(work: Path, stages: dict[str, dict]) -> None:
+def scratch_copy(work: Path, stages: dict[str, Stage]) -> None:
     """The packages, and every stage dependency that no stage writes, copied to `work`."""
     if work.exists():
         shutil.rmtree(work)
-    written = {p for s in stages.values() for p in s["outs"] + s["metrics"]}
-    names = {"pipeline", "stages", "bench"} | {p for s in stages.values() for p in s["deps"]} - written
+    written = {p for s in stages.values() for p in s.writes}
+    names = {"pipeline", "stages", "bench"} | {p for s in stages.values() for p in s.deps} - written
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in sorted(names):
         src, dest = REPO / name, work / name
@@ -229,8 +195,8 @@ def check_params(args: argparse.Namespace) -> tuple[dict, dict]:
         "warmup_train": {"optim": {"max_minutes": args.warmup_minutes}},
     }
     if args.cpu_dry_run:
-        over = merge(yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text()), over)
-    return merge(yaml.safe_load((REPO / "params.yaml").read_text()), over), over
+        over = merge_params(yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text()), over)
+    return read_params(REPO, over), over
 
 
 def run_stage(name: str, cmd: str, work: Path, env: dict, deadline: Deadline) -> dict:
@@ -255,10 +221,10 @@ def train_budget(args: argparse.Namespace, deadline: Deadline) -> float:
 def flops_per_target_token(work: Path, params: dict) -> float:
     """Matmul FLOPs of a training step per target token, over the training pairs (Multi30k train
     as the tokenizer encodes it, pairs over `train.max_len` dropped as the train stage does)."""
-    from bench.flops import train_step_flops
     from pipeline.core.config import ModelConfig
     from pipeline.data.multi30k import load_corpus
     from pipeline.data.tokenizer import Tokenizer
+    from pipeline.model.flops import train_step_flops
 
     corpus = load_corpus(work / params["download"]["out_dir"])["train"]
     tok = Tokenizer.load(work / params["tokenizer"]["out_dir"] / "spm.model")
@@ -313,9 +279,9 @@ def throughput(work: Path, params: dict) -> dict:
     }
 
 
-def bleu(work: Path, stages: dict[str, dict]) -> dict:
+def bleu(work: Path, stages: dict[str, Stage]) -> dict:
     """BLEU (beam search, sacreBLEU) of each evaluation split, from the score stage's metrics."""
-    metrics = json.loads((work / stages["score"]["metrics"][0]).read_text())
+    metrics = json.loads((work / stages["score"].metrics[0]).read_text())
     return {split: m["bleu"] for split, m in metrics.items()}
 
 
@@ -327,11 +293,11 @@ def safely(fn, *args) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def copy_back(work: Path, stages: dict[str, dict], params: dict) -> None:
+def copy_back(work: Path, stages: dict[str, Stage], params: dict) -> None:
     """The stages' metrics and the training log into $OUT (6 files at most: the tool takes 8)."""
     if not os.environ.get("OUT"):
         return
-    names = [p for s in stages.values() for p in s["metrics"]]
+    names = [p for s in stages.values() for p in s.metrics]
     names += [params["train"].get(k, "") for k in ("log_csv", "facts_json")]
     files = [work / n for n in names if n and (work / n).is_file()]
     for path in files[:6]:
@@ -346,8 +312,8 @@ def run_dag(args: argparse.Namespace, params: dict, env: dict, deadline: Deadlin
     for name, stage in stages.items():
         if name == "train":
             params["train"]["optim"]["max_minutes"] = report["train_minutes"] = train_budget(args, deadline)
-            (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        report["stages"][name] = run_stage(name, stage["cmd"], work, env, deadline)
+            write_text(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
+        report["stages"][name] = run_stage(name, stage.cmd, work, env, deadline)
         write_report(report, args.out)
         if report["stages"][name]["returncode"] != 0 and name not in CAN_FAIL:
             report["stopped_at"] = name
@@ -373,7 +339,7 @@ def main(argv: list[str]) -> int:
         report["tests"] = run_tests(env, args.workdir, deadline)
         write_report(report, args.out)
     scratch_copy(args.workdir, dag(params))
-    (args.workdir / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_text(args.workdir / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     ok = run_dag(args, params, env, deadline, report)
     report["train"] = safely(throughput, args.workdir, params)
     report["bleu"] = safely(bleu, args.workdir, dag(params))

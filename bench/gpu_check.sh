@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 16): the CUDA tests, then the DAG's stages on Multi30k with a cut training
+# The GPU check: the CUDA tests, then the DAG's stages on Multi30k with a cut training
 # budget, written up in reports/gpu.json (bench/gpu_check.py does the work; this script sets up).
 #
 #   bench/gpu_check.sh --prepare          HERE, with PyPI: the wheels the GPU machine lacks into .whl/,

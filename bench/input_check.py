@@ -4,7 +4,7 @@
 
 Translates the split's English three ways in one run: (1) the decode stage's path
 (`pipeline.serving.translator.translate_lines`: sentence splitting, protected spans, casing, one batched
-beam search), (2) the bare batched beam search (`pipeline.serving.ours.translate`, no processing), and
+beam search), (2) the bare batched beam search (`pipeline.serving.torch_engine.translate`, no processing), and
 (3) `mt-translate` reading the file from stdin in a subprocess started from another directory
 (start-up and model loading included). Prints sentences/s of each, the ratio mt-translate / decode
 stage, cased sacreBLEU of (1) and (2), and whether (3)'s lines equal (1)'s. Merges the figures
@@ -28,7 +28,7 @@ from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
-from pipeline.serving.ours import translate
+from pipeline.serving.torch_engine import translate
 from pipeline.serving.translator import load_translator, translate_lines
 
 

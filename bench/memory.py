@@ -48,15 +48,15 @@ from bench.common import (
     sig,
     table,
 )
-from bench.train_speed import Runner, adam, make_batch, step_of
+from bench.train_speed import Runner, make_batch, step_of
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
 from pipeline.core.device import setup
 from pipeline.core.errors import run_main
 from pipeline.data.batching import Pair, make_batches
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.transformer import Transformer
-from pipeline.serving.ours import translate
-from pipeline.training.loop import encode_pairs
+from pipeline.serving.torch_engine import translate
+from pipeline.training.loop import encode_pairs, make_optimizer
 
 
 def peak_rss_mb() -> float:
@@ -90,7 +90,7 @@ def train_child(
     torch.set_flush_denormal(True)
     torch.manual_seed(optim.seed)
     model = Transformer(cfg, vocab, ids[0]).to(device).train()
-    runner = Runner("ours", model, bf16, adam(model, optim))
+    runner = Runner("ours", model, bf16, make_optimizer(model, optim))
     for pairs in batches:
         step_of(runner, make_batch(pairs, ids, torch.device(device)), optim)()  # the trainer's step
     return peak_rss_mb()

@@ -1,6 +1,6 @@
-"""A speed baseline written the way the seed tutorial writes a Transformer (our own code).
+"""A speed baseline written the way the tutorial writes a Transformer (our own code).
 
-The seed's style, kept on purpose: separate Q, K, V and output `nn.Linear`s per attention; heads
+The tutorial's style, kept on purpose: separate Q, K, V and output `nn.Linear`s per attention; heads
 split by `view`/`transpose`; attention written out (`Q Kᵀ / √E`, `masked_fill(mask == 0, -inf)`,
 softmax, dropout on the weights, `@ V`); a `[B, 1, T, T]` target mask (padding & causal) built
 at every forward; positions from a precomputed `[max_len, D]` buffer. The architecture follows
@@ -8,7 +8,7 @@ the same `ModelConfig` as `pipeline.model.transformer.Transformer` (tied embeddi
 so one training step does the same math; `from_ours` copies our weights into it.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, E = D / H.
-Masks here are the seed's: 1/True = may attend.
+Masks here are the tutorial's: 1/True = may attend.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pipeline.model.transformer import Transformer
 
 
 def position_table(max_len: int, d_model: int) -> Tensor:
-    """Sinusoidal positions `[max_len, D]`, computed once as the seed does (exp/log form)."""
+    """Sinusoidal positions `[max_len, D]`, computed once as the tutorial does (exp/log form)."""
     position = torch.arange(max_len, dtype=torch.float32)[:, None]
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
     table = torch.zeros(max_len, d_model)
@@ -103,7 +103,7 @@ class NaiveDecoderLayer(nn.Module):
 
 
 class NaiveTransformer(nn.Module):
-    """Encoder-decoder in the seed's style; `forward(src, tgt_in) -> logits [B, T, V]` as ours."""
+    """Encoder-decoder in the tutorial's style; `forward(src, tgt_in) -> logits [B, T, V]` as ours."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int, max_len: int = 5000) -> None:
         super().__init__()

@@ -25,7 +25,7 @@ from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import WORD_RE
-from pipeline.serving import textproc
+from pipeline.serving.spans import find_spans
 from pipeline.serving.translator import load_translator, translate_lines, unseen_name
 
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     rule = unseen_name(engine.tokenizer)
     if rule is None:
         raise SystemExit(f"error: no source_words.txt beside {args.spm}: give --train-en")
-    hit = [i for i, s in enumerate(en) if any(w[:1].isalpha() for w in textproc.protect(s, is_name=rule)[1])]
+    hit = [i for i, s in enumerate(en) if any(w.text[:1].isalpha() for w in find_spans(s, is_name=rule))]
     on = translate_lines(engine, [en[i] for i in hit], params.decode)
     words, engine.tokenizer.source_words = engine.tokenizer.source_words, None
     off = translate_lines(engine, [en[i] for i in hit], params.decode)

@@ -99,6 +99,8 @@ def scratch_params(base: dict, work: Path, data_dir: Path, spm_dir: Path, model:
     for name in ("log_csv", "metrics_json", "facts_json", "run_id_file"):
         t[name] = str(work / Path(t[name]).name)
     t |= {"out_dir": str(work / "model"), "val_max_sentences": 8, "init_from": None}
+    if "model_file" in t:  # a checkout that declares the final model's path
+        t["model_file"] = str(work / "model" / Path(t["model_file"]).name)
     t["optim"] |= {"max_steps": 1, "val_every": 1}
     t["model"] |= model
     p["mlflow"]["enabled"] = False
@@ -107,7 +109,7 @@ def scratch_params(base: dict, work: Path, data_dir: Path, spm_dir: Path, model:
 
 def stage_commands(repo: Path, params: dict) -> dict[str, list[str]]:
     """The stages to time, in DAG order, as module + arguments."""
-    inc = params["incoming"]
+    inc = params["incoming"]  # a checkout whose incoming stage took its paths as arguments ignores none
     commands = {"incoming": ["stages.incoming", inc["in_dir"], inc["out_jsonl"], inc["metrics_json"]]}
     if (repo / "stages/prepare.py").is_file():
         commands["prepare"] = ["stages.prepare"]

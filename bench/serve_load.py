@@ -3,6 +3,7 @@ for a fixed time.
 
     python -m bench.serve_load --model-uri "models:/multi30k-en-de-transformer@candidate" \
         [--clients 8] [--seconds 45] [--batch 1] [--split val]
+    python -m bench.serve_load --port PORT ...    # a server already running on 127.0.0.1:PORT
 
 Each client posts the next sentences of the split (`--batch` per request) until the time is up,
 one request at a time. Prints and merges into `reports/bench.json` under `serve_load`: requests,
@@ -15,18 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import nullcontext
 from itertools import cycle
 from pathlib import Path
 
@@ -34,59 +28,8 @@ import torch
 
 from bench.common import command_line, record
 from pipeline.core.config import load_params
-from pipeline.core.errors import PipelineError, run_main
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def served(model_uri: str, env: dict | None = None, startup_s: float = 180) -> Iterator[int]:
-    """`mlflow models serve` of `model_uri` on 127.0.0.1 (one worker, the local environment) while
-    the body runs; yields its port once `/ping` answers.
-
-    Raises:
-        PipelineError: the server exited or did not answer within `startup_s` (with its log's end).
-    """
-    port = free_port()
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
-           "-p", str(port), "-w", "1", "--env-manager", "local"]  # fmt: skip
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(cmd, env=env or os.environ, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until_up(proc, port, log, startup_s)
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def wait_until_up(proc: subprocess.Popen, port: int, log, startup_s: float) -> None:
-    deadline = time.monotonic() + startup_s
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5)
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise PipelineError(f"mlflow models serve did not come up:\n{log.read()[-3000:]}") from None
-            time.sleep(1)
-
-
-def post(port: int, body: bytes, timeout: float = 120) -> tuple[int, dict]:
-    """POST `body` to the server's /invocations: (HTTP status, the JSON answer; {} when none)."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/invocations", body, {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+from pipeline.core.errors import run_main
+from pipeline.serving.mlflow_server import post, served
 
 
 def client(port: int, batches: list[list[str]], until: float) -> list[tuple[float, int, bool]]:
@@ -129,7 +72,8 @@ def load(port: int, sentences: list[str], clients: int, seconds: float, batch: i
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model-uri", required=True, help="e.g. models:/multi30k-en-de-transformer@candidate")
+    p.add_argument("--model-uri", help="e.g. models:/multi30k-en-de-transformer@candidate")
+    p.add_argument("--port", type=int, help="load-test the server already on 127.0.0.1:PORT instead")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--seconds", type=float, default=45)
     p.add_argument("--batch", type=int, default=1, help="sentences per request")
@@ -137,11 +81,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--params", default="params.yaml")
     p.add_argument("--out-dir", default="reports")
     args = p.parse_args(argv)
+    if (args.model_uri is None) == (args.port is None):
+        p.error("give one of --model-uri (a server is started) and --port (one is running)")
     from pipeline.data.multi30k import load_corpus
 
     params = load_params(args.params)
     sentences = list(load_corpus(params.download.out_dir)[args.split]["en"])
-    with served(args.model_uri) as port:
+    with served(args.model_uri) if args.port is None else nullcontext(args.port) as port:
         figures = load(port, sentences, args.clients, args.seconds, args.batch)
     for name, value in figures.items():
         print(f"{name:10s} {value}")

@@ -1,4 +1,4 @@
-"""Training throughput and MFU: ours vs `torch.nn.Transformer` vs the seed tutorial's naive style.
+"""Training throughput and MFU: ours vs `torch.nn.Transformer` vs the tutorial's naive style.
 
 Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
 
@@ -9,12 +9,12 @@ Data: the Multi30k train pairs, encoded with the pipeline's SentencePiece model 
 `train.optim.max_tokens` (seed `train.optim.seed`, epoch 0); the first `warmup + steps` batches
 are used, the same ones for every model.
 
-Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest of
+Models, per config ('tiny' = the tutorial's D=256, H=4, L=3, d_ff=512 with the rest of
 `train.model`; 'wu_tiny' = Wu et al.'s D=128, H=4, 4+4 layers, d_ff=256; 'default' =
 `train.model`), all starting from the same weights:
   ours            `pipeline.model.transformer.Transformer`, in the trainer's precision
   nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
-  naive           `bench.naive` (the seed's style), same precision
+  naive           `bench.naive` (the tutorial's style), same precision
   ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`); by default only where bf16 is
                  native (CUDA, or a CPU with AMX / AVX-512 bf16): elsewhere bf16 matmuls are
                  emulated and a step takes minutes (`--other-precision on` forces it)
@@ -24,6 +24,9 @@ Models, per config ('tiny' = the seed's D=256, H=4, L=3, d_ff=512 with the rest 
                  `torch.compile(dynamic=True)` (inductor). Its first step includes the
                  compilation; `compile_s` = that step minus its median step
 The trainer's precision is `pipeline.core.device.use_bf16(device, train.optim.precision)`.
+Before the race each model but the compiled one is checked to compute ours' function: its largest
+logit difference to ours at the real target positions of the first batch's first 4 sentences (fp32,
+CPU, eval mode) is its row's `logit_gap`; above `GAP_LIMIT` the benchmark stops with an error.
 
 A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
 clipping, Adam step (the batch is collated onto the device first, untimed). The models take turns
@@ -32,7 +35,7 @@ are flushed to zero for all. Per model: tok/s = median over timed steps of (targ
 seconds); `ms_per_step` = median step time; `ours_vs_this` = median over steps of (this model's
 seconds / ours) on the same batch, i.e. how many times faster ours is.
 
-MFU: `bench.flops` counts each batch's matmul FLOPs (formula in its docstring); achieved =
+MFU: `pipeline.model.flops` counts each batch's matmul FLOPs (formula in its docstring); achieved =
 median over steps of FLOPs / seconds of ours; peak = best of several `--peak-size`² matmuls in
 the dtype our step's matmuls run in, measured in the same run; mfu = achieved / peak. Where the
 step runs in fp32 the bf16 peak is measured too (`bf16_peak_gflops`, at most 512² on a CPU
@@ -71,14 +74,17 @@ from bench.common import (
     table,
     timed,
 )
-from bench.flops import matmul_peak_gflops, train_step_flops
+from bench.flops import matmul_peak_gflops
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, setup, use_bf16
-from pipeline.core.errors import run_main
+from pipeline.core.errors import PipelineError, run_main
 from pipeline.data.batching import Pair, collate, make_batches
+from pipeline.model.flops import train_step_flops
 from pipeline.model.transformer import Transformer
 from pipeline.training import loop
-from pipeline.training.loop import RunContext, encode_pairs, label_smoothed_loss
+from pipeline.training.loop import RunContext, encode_pairs, label_smoothed_loss, make_optimizer
+
+GAP_LIMIT = 1e-4  # largest logit difference (fp32) for a model to count as computing ours' function
 
 
 class Batch(NamedTuple):
@@ -104,11 +110,6 @@ def make_batch(pairs: list[Pair], ids: tuple[int, int, int], device: torch.devic
 def real_batches(pairs: list[Pair], optim: OptimConfig, n: int) -> list[list[Pair]]:
     """The first `n` batches of the trainer's epoch-0 order (pairs, not indices)."""
     return [[pairs[i] for i in b] for b in make_batches(pairs, optim.max_tokens, optim.seed, 0)[:n]]
-
-
-def adam(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
-    """The trainer's optimizer."""
-    return torch.optim.Adam(model.parameters(), lr=optim.peak_lr, betas=(0.9, 0.98), eps=1e-9)
 
 
 def baseline_step(
@@ -152,6 +153,7 @@ class Runner:
     opt: torch.optim.Optimizer
     seconds: list[float] = field(default_factory=list)
     first_step: float = 0.0  # the untimed first step (compilation, for a compiled model)
+    logit_gap: float | None = None  # largest |logit - ours'| on the probe batch (None: not checked)
 
 
 @dataclass
@@ -169,20 +171,51 @@ def compiled(model: Transformer) -> nn.Module:
     return module
 
 
+@torch.no_grad()
+def logit_gap(model: nn.Module, ours: Transformer, src: Tensor, tgt_in: Tensor) -> float:
+    """The largest |logit difference| between `model` and `ours` at the real target positions of
+    (`src`, `tgt_in`), both in eval mode, in fp32 on the CPU."""
+    real = tgt_in != ours.pad_id
+    return float((model.eval()(src, tgt_in)[real] - ours.eval()(src, tgt_in)[real]).abs().max())
+
+
+def logit_gaps(
+    models: list[tuple[str, nn.Module, bool]], ours: Transformer, probe: tuple[Tensor, Tensor]
+) -> dict:
+    """Each model's `logit_gap` to `ours` on `probe`, by name (None for a compiled model: it wraps a
+    copy of ours, and compiling here would cost minutes).
+
+    Raises:
+        PipelineError: a model's logits differ from ours by more than `GAP_LIMIT`: the race would
+            compare different functions.
+    """
+    gaps = {n: None if hasattr(m, "_orig_mod") else sig(logit_gap(m, ours, *probe)) for n, m, _ in models}
+    for name, gap in gaps.items():
+        if gap is not None and gap > GAP_LIMIT:
+            raise PipelineError(f"bench: {name} does not compute our function (logits differ by {gap})")
+    return gaps
+
+
 def make_runners(
     cfg: ModelConfig,
     vocab: int,
     pad_id: int,
     optim: OptimConfig,
     bf16: bool,
+    probe: tuple[Tensor, Tensor],
     device: torch.device,
     levers: Levers,
 ) -> list[Runner]:
     """ours, nn_transformer, naive (trainer's precision), ours in the other precision (if
     `levers.other_precision`), ours with logits at all positions (`AllPositions`), and ours
-    compiled (if `levers.compile`)."""
+    compiled (if `levers.compile`), all checked to compute ours' function on `probe` (CPU
+    tensors: `logit_gaps`) before they move to `device`.
+
+    Raises:
+        PipelineError: a model does not compute ours' function.
+    """
     torch.manual_seed(optim.seed)
-    ours = Transformer(cfg, vocab, pad_id).to(device)
+    ours = Transformer(cfg, vocab, pad_id)
     all_positions = AllPositions(cfg, vocab, pad_id)
     all_positions.load_state_dict(ours.state_dict())
     models = [
@@ -195,7 +228,10 @@ def make_runners(
         models.insert(3, ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16))
     if levers.compile:
         models.append(("ours_compiled", compiled(ours), bf16))
-    return [Runner(name, m.to(device).train(), b, adam(m, optim)) for name, m, b in models]
+    gaps = logit_gaps(models, ours, probe)
+    return [
+        Runner(n, m.to(device).train(), b, make_optimizer(m, optim), logit_gap=gaps[n]) for n, m, b in models
+    ]
 
 
 def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimConfig) -> None:
@@ -236,6 +272,7 @@ def summarize(
                 "ms_per_step": sig(1e3 * median(r.seconds)),
                 "ours_vs_this": sig(median([s / o for s, o in zip(r.seconds, ours.seconds, strict=True)])),
                 "achieved_gflops": None,
+                "logit_gap": r.logit_gap,
             }
         )
     rows[0]["achieved_gflops"] = sig(median([f / s / 1e9 for f, s in zip(flops, ours.seconds, strict=True)]))
@@ -255,7 +292,8 @@ def bench_config(
 ) -> list[dict]:
     """Race the models on `batches`; returns the detail rows (a compiled runner's row carries
     `compile_s`)."""
-    runners = make_runners(cfg, vocab, pad_id, optim, bf16, batches[0].src.device, levers)
+    probe = (batches[0].src[:4].cpu(), batches[0].tgt_in[:4].cpu())
+    runners = make_runners(cfg, vocab, pad_id, optim, bf16, probe, batches[0].src.device, levers)
     race(runners, batches, warmup, optim)
     timed_batches = batches[warmup:]
     flops = [train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches]

@@ -1,12 +1,12 @@
-"""DVC stage `incoming`: Multi30k train + the new pairs in INCOMING_DIR → the merged training set.
+"""DVC stage `incoming`: Multi30k train + the new pairs in `incoming.in_dir` → the merged training set.
 
-Usage: `python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON` (dvc.yaml passes the
-paths). Reads the corpus at `download.out_dir`; validates every `*.tsv` in INCOMING_DIR
+Usage: `python -m stages.incoming` (paths: `incoming.*` in params.yaml). Reads the corpus at
+`download.out_dir`; validates every `*.tsv` in `in_dir`
 (`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.data.incoming`), drops pairs that leak val/test sentences and duplicates,
-and writes MERGED_JSONL (train pairs, then the new ones) and COUNTS_JSON (files, pairs_read,
-dropped_leak, dropped_dup, added, train_pairs). An absent or empty INCOMING_DIR gives exactly the
+and writes `out_jsonl` (train pairs, then the new ones) and `metrics_json` (files, pairs_read,
+dropped_leak, dropped_dup, added, train_pairs). An absent or empty `in_dir` gives exactly the
 train split. A bad file is a one-line error and nothing is written. Each other entry of
-INCOMING_DIR (not a `*.tsv` file: `NEW.TSV`, a directory, a broken link, ...) gets one warning
+`in_dir` (not a `*.tsv` file: `NEW.TSV`, a directory, a broken link, ...) gets one warning
 line on stderr, naming it and why it is ignored.
 """
 
@@ -25,9 +25,11 @@ from pipeline.data.incoming import ignored_entries, merge_folder
 from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 
-def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
+def main() -> None:
     datasets.disable_progress_bars()
-    cfg = load_params().download
+    params = load_params()
+    cfg, incoming_dir = params.download, Path(params.incoming.in_dir)
+    merged_jsonl, counts_json = Path(params.incoming.out_jsonl), Path(params.incoming.metrics_json)
     corpus, tgt = load_corpus(cfg.out_dir), cfg.tgt_lang
     train = list(zip(corpus[TRAIN_SPLIT]["en"], corpus[TRAIN_SPLIT][tgt], strict=True))
     held_out = [
@@ -48,6 +50,4 @@ def main(incoming_dir: Path, merged_jsonl: Path, counts_json: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        raise SystemExit("usage: python -m stages.incoming INCOMING_DIR MERGED_JSONL COUNTS_JSON")
-    run_main(lambda: main(*map(Path, sys.argv[1:4])))
+    run_main(main)

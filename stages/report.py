@@ -1,14 +1,13 @@
-"""DVC stage `report`: the run's results page `reports/README.md` and its figures.
+"""DVC stage `report`: the run's results page and its figures.
 
-Usage: `python -m stages.report` followed by the paths `ARGS` names, in that order (dvc.yaml
-passes them). Reads params `decode`, `train`, `download.out_dir` and `tokenizer.out_dir`.
-TRAIN_FACTS, SCORE_FACTS and MLFLOW_RUN_ID may be absent. Writes REPORT_MD and the PNGs in
-FIGURES_DIR (`pipeline.ops.report`), including the robustness section (`pipeline.ops.robustness`).
+Usage: `python -m stages.report` (paths: `report.*` in params.yaml; its inputs are the paths of the
+`decode`, `score` and `train` sections). The train facts, score signatures and MLflow run id may be
+absent. Writes `report.page_md` (`pipeline.ops.report.page`) and the PNGs in `report.figures_dir`
+(`pipeline.ops.report.figures`): BLEU by source length and the time machine's cross-attention maps.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import datasets
@@ -16,27 +15,31 @@ import datasets
 from pipeline.core.config import load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
+from pipeline.core.io import write_text
+from pipeline.core.metrics import bleu_by_length
 from pipeline.data.multi30k import skipped_splits
 from pipeline.data.tokenizer import model_file
-from pipeline.ops import report
+from pipeline.ops.report import figures, page
+from pipeline.ops.report.inputs import load_inputs
 from pipeline.serving.translator import load_translator
 
-ARGS = ("model", "time_machine", "translations", "scores", "score_facts", "train_log", "train_summary",
-        "train_facts", "mlflow_run_id", "robustness_json", "robustness_failures", "report_md", "figures")  # fmt: skip
 
-
-def main(paths: dict[str, Path]) -> None:
+def main() -> None:
     datasets.disable_progress_bars()
     params = load_params()
-    engine = load_translator(paths["model"], model_file(params.tokenizer.out_dir), pick_device("auto"))
-    inputs = report.load_inputs(paths, params)
-    written = report.build_report(inputs, engine, params.decode, paths["report_md"], paths["figures"])
+    page_md, fig_dir = Path(params.report.page_md), Path(params.report.figures_dir)
+    engine = load_translator(
+        Path(params.train.model_file), model_file(params.tokenizer.out_dir), pick_device("auto")
+    )
+    inputs = load_inputs(params)
+    buckets = bleu_by_length(inputs.bucket_en, inputs.bucket_hyps, inputs.bucket_refs)
+    chart = figures.plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
+    attention = figures.plot_attention_maps(engine, inputs.time_machine_en, inputs.time_machine_ours, fig_dir)
+    write_text(page_md, page.render(inputs, params, page_md, buckets, chart, attention))
     for message in skipped_splits(params.download.tgt_lang):
         print(f"report: {message}")
-    print(f"report: {len(written) - 1} figures in {paths['figures']}, page {paths['report_md']}")
+    print(f"report: {1 + len(attention)} figures in {fig_dir}, page {page_md}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != len(ARGS) + 1:
-        raise SystemExit("usage: python -m stages.report " + " ".join(a.upper() for a in ARGS))
-    run_main(lambda: main(dict(zip(ARGS, map(Path, sys.argv[1:]), strict=True))))
+    run_main(main)

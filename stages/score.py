@@ -1,16 +1,16 @@
 """DVC stage `score`: cased sacreBLEU BLEU, chrF and the paper-comparable `bleu_lc_tok` of the
 `decode` stage's translations (`pipeline.core.metrics`).
 
-Usage: `python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE`. Writes
-`SCORES_DIR/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and SCORE_FACTS_JSON, their
+Usage: `python -m stages.score` (paths: `score.*` in params.yaml; reads `decode.translations_dir`).
+Writes `<scores_dir>/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and `facts_json`, their
 signatures (`{split: {...}}`). A split the target language (`download.tgt_lang`) lacks gets an empty
-`{}` score file (dvc.yaml declares every split's file) and a printed message. Logs the scores to the MLflow run in RUN_ID_FILE, and as tags of the
+`{}` score file (dvc.yaml declares every split's file) and a printed message. Logs the scores to the
+MLflow run in `train.run_id_file`, and as tags of the
 `candidate` model version, under the names `dvc metrics show` prints (`val.bleu`, ...).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import datasets
@@ -31,9 +31,11 @@ from pipeline.data.translations import (
 from pipeline.tracking.runs import flatten, run_of
 
 
-def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file: Path) -> None:
+def main() -> None:
     datasets.disable_progress_bars()
     params = load_params()
+    translations_dir, scores_dir = Path(params.decode.translations_dir), Path(params.score.scores_dir)
+    facts_json, run_id_file = Path(params.score.facts_json), Path(params.train.run_id_file)
     corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
     metrics, facts = {}, {}
     for split in (s for s in EVAL_SPLITS if s in corpus):
@@ -63,8 +65,4 @@ def main(translations_dir: Path, scores_dir: Path, facts_json: Path, run_id_file
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
-        raise SystemExit(
-            "usage: python -m stages.score TRANSLATIONS_DIR SCORES_DIR SCORE_FACTS_JSON RUN_ID_FILE"
-        )
-    run_main(lambda: main(*map(Path, sys.argv[1:5])))
+    run_main(main)

@@ -52,7 +52,7 @@ def main() -> None:
         with tracking.finishing(run.tracker):
             progress = training.train(model, pairs, bleu, cfg.optim, run)
             if world.is_main:
-                metrics, facts = training.finish(model, progress, bleu, cfg, run)
+                metrics, facts = training.save_final_model(model, progress, bleu, cfg, run)
                 facts["train_pairs"] = len(pairs)
                 for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
                     write_json(path, content)

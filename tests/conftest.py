@@ -1,6 +1,12 @@
-"""Shared test setup."""
+"""Shared test setup, and what several test modules build identically and expensively: built once
+per session, in a temporary folder, and read-only for the tests (they copy what they change)."""
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -40,3 +46,19 @@ def harness():
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_translator_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mapping[str, Path]]:
+    """The tiny trained translator (tests/tiny_translator.py; 80 training steps, seconds), trained
+    once per session: {"ckpt": its checkpoint, "spm": its SentencePiece model}.
+
+    Read-only: a test that needs a changed checkpoint writes its own copy under its `tmp_path`.
+    The files are checked unchanged at the end of the session."""
+    from tiny_translator import train_tiny_translator
+
+    files = train_tiny_translator(tmp_path_factory.mktemp("tiny_translator"))
+    before = {key: hashlib.sha256(path.read_bytes()).hexdigest() for key, path in files.items()}
+    yield MappingProxyType(files)
+    after = {key: hashlib.sha256(path.read_bytes()).hexdigest() for key, path in files.items()}
+    assert after == before, "a test changed the shared tiny translator's files (copy them instead)"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.ops.dag import read_dag
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages")
 STAGE_CMD = re.compile(r"python -m (stages\.\w+)")
@@ -95,26 +97,42 @@ def code_deps(module: str) -> set[str]:
 
 
 def stage_modules(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, str]:
-    """Stage name -> the module its command runs (`python -m stages.X`)."""
-    stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
-    return {name: STAGE_CMD.search(stage["cmd"]).group(1) for name, stage in stages.items()}
+    """Stage name -> the module its command runs (`python -m stages.X`), read by `pipeline.ops.dag`
+    with the params.yaml beside `dvc_yaml`."""
+    stages = read_dag(dvc_yaml.parent)
+    return {name: STAGE_CMD.search(stage.cmd).group(1) for name, stage in stages.items()}
+
+
+DEPS_BLOCK = re.compile(r"^    deps:(?: \[[^\]]*\]|(?:\n      - .*)*)$", re.MULTILINE)
+
+
+def flow_list(items: list[str], indent: str = "      ", width: int = 110) -> str:
+    """`items` as a YAML flow sequence wrapped at `width` (`${...}` quoted: braces are flow syntax)."""
+    words = [f'"{item}"' if "{" in item else item for item in items]
+    lines, line = [], ""
+    for word in words:
+        if line and len(indent) + len(line) + len(word) + 2 > width:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line}, {word}" if line else word
+    return "[\n" + "\n".join(indent + text for text in [*lines, line]) + "]"
 
 
 def write_stage_deps(dvc_yaml: Path = ROOT / "dvc.yaml") -> None:
-    """Replace each stage's `.py` deps in `dvc_yaml` by `code_deps` of its module (other deps,
-    comments and order of the rest kept)."""
+    """Replace each stage's `.py` deps in `dvc_yaml` by `code_deps` of its module (the stage file
+    first, then sorted), before its other deps, as one wrapped flow list; the rest is kept."""
     modules = stage_modules(dvc_yaml)
-    out, stage = [], None
-    for line in dvc_yaml.read_text(encoding="utf-8").split("\n"):
-        if re.fullmatch(r"  \w+:", line):
-            stage = line.strip()[:-1]
-        if line.startswith("      - ") and line.endswith(".py"):
-            continue
-        out.append(line)
-        if line == "    deps:" and stage in modules:
-            deps = sorted(code_deps(modules[stage]), key=lambda f: (not f.startswith("stages/"), f))
-            out += [f"      - {d}" for d in deps]
-    dvc_yaml.write_text("\n".join(out), encoding="utf-8")
+    stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
+    blocks = iter(DEPS_BLOCK.finditer(dvc_yaml.read_text(encoding="utf-8")))
+    text = dvc_yaml.read_text(encoding="utf-8")
+    out, pos = [], 0
+    for name in stages:
+        match = next(blocks)
+        code = sorted(code_deps(modules[name]), key=lambda f: (not f.startswith("stages/"), f))
+        data = [d for d in stages[name].get("deps") or [] if not d.endswith(".py")]
+        out += [text[pos : match.start()], "    deps: " + flow_list(code + data)]
+        pos = match.end()
+    dvc_yaml.write_text("".join(out) + text[pos:], encoding="utf-8")
 
 
 if __name__ == "__main__":

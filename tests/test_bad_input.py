@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy_train import pairs, toy_run  # tests/ is on sys.path (pytest rootdir-less import)
+from toy_train import pairs, toy_run
 
 from pipeline.core.config import ModelConfig, TokenizerConfig
 from pipeline.core.errors import run_main
@@ -33,11 +33,15 @@ GOOD_DE = ["Ein Hund rennt.", "Zwei Männer reden.", "Ein Mädchen singt."]
 
 
 # ---- fixtures: a tiny tokenizer and model ------------------------------------------------
+SPM_LINES = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat on the mat with a hat"] * 50
+
+
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny")
-    lines = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat on the mat with a hat"] * 50
-    spm = train_tokenizer(lines, root / "spm", TokenizerConfig(vocab_size=60))
+def random_translator_files(tmp_path_factory) -> dict[str, Path]:
+    """{"spm": a tiny SentencePiece model, "ckpt": a tiny untrained (random) Transformer's
+    checkpoint, "defaults": an empty params file (the built-in defaults)}. Read-only."""
+    root = tmp_path_factory.mktemp("random_translator")
+    spm = train_tokenizer(SPM_LINES, root / "spm", TokenizerConfig(vocab_size=60))
     tok = Tokenizer.load(spm)
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32)
@@ -45,7 +49,8 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     state = {"model": model.state_dict(), "model_cfg": cfg.model_dump(), "vocab_size": tok.vocab_size}
     state |= {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
     checkpoint.save(root / "model.pt", state)
-    return {"root": root, "spm": spm, "ckpt": root / "model.pt"}
+    (root / "defaults.yaml").write_text("{}\n")
+    return {"spm": spm, "ckpt": root / "model.pt", "defaults": root / "defaults.yaml"}
 
 
 def run_entry(fn: Callable[[], None], capsys) -> tuple[int, str, str]:
@@ -139,17 +144,22 @@ def test_bad_corpus(breakage, resum, culprit, tmp_path, capsys):
 
 
 # ---- checkpoints and translate -------------------------------------------------------------
-def translate(tiny: dict, capsys, *args: str, ckpt: Path | None = None) -> tuple[int, str, str]:
-    defaults = tiny["ckpt"].parent / "defaults.yaml"  # an empty params file: the built-in defaults
-    defaults.write_text("{}\n")
-    argv = ["--checkpoint", str(ckpt or tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", str(defaults)]
+def translate(files: dict, capsys, *args: str, ckpt: Path | None = None) -> tuple[int, str, str]:
+    argv = [
+        "--checkpoint",
+        str(ckpt or files["ckpt"]),
+        "--spm",
+        str(files["spm"]),
+        "--params",
+        str(files["defaults"]),
+    ]
     return run_entry(lambda: translate_main([*argv, "--beam-size", "2", *args]), capsys)
 
 
-def broken_checkpoint(tiny: dict, kind: str, tmp: Path) -> Path:
+def broken_checkpoint(files: dict, kind: str, tmp: Path) -> Path:
     path = tmp / f"{kind}.pt"
-    good = tiny["ckpt"].read_bytes()
-    state = checkpoint.load(tiny["ckpt"])
+    good = files["ckpt"].read_bytes()
+    state = checkpoint.load(files["ckpt"])
     if kind == "corrupt":
         path.write_bytes(os.urandom(2000))
     elif kind == "truncated":
@@ -173,24 +183,26 @@ CHECKPOINT_CASES = {
 
 
 @pytest.mark.parametrize("kind,culprit", CHECKPOINT_CASES.items(), ids=CHECKPOINT_CASES.keys())
-def test_bad_checkpoint(kind, culprit, tiny, tmp_path, capsys):
-    path = broken_checkpoint(tiny, kind, tmp_path)
-    code, out, err = translate(tiny, capsys, "A dog runs.", ckpt=path)
+def test_bad_checkpoint(kind, culprit, random_translator_files, tmp_path, capsys):
+    path = broken_checkpoint(random_translator_files, kind, tmp_path)
+    code, out, err = translate(random_translator_files, capsys, "A dog runs.", ckpt=path)
     assert code != 0 and out == "" and err.count("\n") == 1
     assert err.startswith(f"error: {path}: ") and culprit in err
 
 
-def test_checkpoint_of_another_tokenizer_of_the_same_size(tiny, tmp_path, capsys):
+def test_checkpoint_of_another_tokenizer_of_the_same_size(random_translator_files, tmp_path, capsys):
     """A checkpoint records its tokenizer's SHA-256: another spm.model with the same size and
     special ids is refused; a checkpoint without the record (an older one) loads unchecked."""
-    lines = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat on the mat with a hat"] * 50
-    size = Tokenizer.load(tiny["spm"]).vocab_size
-    other = train_tokenizer(lines, tmp_path / "bpe", TokenizerConfig(vocab_size=size, model_type="bpe"))
+    size = Tokenizer.load(random_translator_files["spm"]).vocab_size
+    other = train_tokenizer(SPM_LINES, tmp_path / "bpe", TokenizerConfig(vocab_size=size, model_type="bpe"))
     assert Tokenizer.load(other).vocab_size == size  # only the fingerprint tells them apart
-    state, digest = checkpoint.load(tiny["ckpt"]), model_sha256(tiny["spm"])
+    state, digest = (
+        checkpoint.load(random_translator_files["ckpt"]),
+        model_sha256(random_translator_files["spm"]),
+    )
     stamped = checkpoint.save(tmp_path / "stamped.pt", state, digest)
-    assert translate(tiny, capsys, "A dog runs.", ckpt=stamped)[0] == 0
-    defaults = str(tiny["root"] / "defaults.yaml")
+    assert translate(random_translator_files, capsys, "A dog runs.", ckpt=stamped)[0] == 0
+    defaults = str(random_translator_files["defaults"])
     argv = ["--checkpoint", str(stamped), "--spm", str(other), "--params", defaults]
     code, out, err = run_entry(lambda: translate_main([*argv, "A dog runs."]), capsys)
     assert code != 0 and out == "" and err.count("\n") == 1
@@ -198,72 +210,82 @@ def test_checkpoint_of_another_tokenizer_of_the_same_size(tiny, tmp_path, capsys
         f"error: {stamped}: trained with another tokenizer than {other} (spm.model SHA-256 "
     )
     assert f"SHA-256 {digest[:12]}…, this file {model_sha256(other)[:12]}…)" in err
-    unstamped = [*argv[:1], str(tiny["ckpt"]), *argv[2:]]
+    unstamped = [*argv[:1], str(random_translator_files["ckpt"]), *argv[2:]]
     assert run_entry(lambda: translate_main([*unstamped, "A dog runs."]), capsys)[0] == 0
 
 
-def test_missing_checkpoint(tiny, tmp_path, capsys):
-    code, _, err = translate(tiny, capsys, "A dog.", ckpt=tmp_path / "nope.pt")
+def test_missing_checkpoint(random_translator_files, tmp_path, capsys):
+    code, _, err = translate(random_translator_files, capsys, "A dog.", ckpt=tmp_path / "nope.pt")
     assert code != 0 and err == f"error: {tmp_path / 'nope.pt'}: checkpoint not found\n"
 
 
-def test_bad_beam_flag(tiny, capsys):
-    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "0")
+def test_bad_beam_flag(random_translator_files, capsys):
+    code, out, err = translate(random_translator_files, capsys, "A dog.", "--beam-size", "0")
     assert code != 0 and out == "" and err.startswith("error: --beam-size: ") and err.count("\n") == 1
 
 
-def test_beam_flag_above_its_bound(tiny, capsys):
-    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", "9000")
+def test_beam_flag_above_its_bound(random_translator_files, capsys):
+    code, out, err = translate(random_translator_files, capsys, "A dog.", "--beam-size", "9000")
     assert code != 0 and out == ""
     assert err == "error: --beam-size: Input should be less than or equal to 100\n"
 
 
-def test_beam_wider_than_the_vocabulary(tiny, capsys):
-    size = Tokenizer.load(tiny["spm"]).vocab_size
-    code, out, err = translate(tiny, capsys, "A dog.", "--beam-size", str(size - 1))
+def test_beam_wider_than_the_vocabulary(random_translator_files, tmp_path, capsys):
+    size = Tokenizer.load(random_translator_files["spm"]).vocab_size
+    code, out, err = translate(random_translator_files, capsys, "A dog.", "--beam-size", str(size - 1))
     assert code != 0 and out == ""
     wide = f"beam size {size - 1} exceeds the vocabulary size {size} less pad and bos"
     assert err == f"error: --beam-size: {wide}\n"
-    params = tiny["root"] / "wide_beam.yaml"
+    params = tmp_path / "wide_beam.yaml"
     params.write_text(f"decode:\n  beam_size: {size - 1}\n")
-    argv = ["--checkpoint", str(tiny["ckpt"]), "--spm", str(tiny["spm"]), "--params", str(params), "A dog."]
+    argv = [
+        "--checkpoint",
+        str(random_translator_files["ckpt"]),
+        "--spm",
+        str(random_translator_files["spm"]),
+        "--params",
+        str(params),
+        "A dog.",
+    ]
     code, out, err = run_entry(lambda: translate_main(argv), capsys)
     assert code != 0 and out == "" and err == f"error: {params}: decode.beam_size: {wide}\n"
 
 
-def test_missing_params_flag_file(tiny, tmp_path, capsys):
-    code, out, err = translate(tiny, capsys, "A dog.", "--params", str(tmp_path / "nope.yaml"))
+def test_missing_params_flag_file(random_translator_files, tmp_path, capsys):
+    code, out, err = translate(
+        random_translator_files, capsys, "A dog.", "--params", str(tmp_path / "nope.yaml")
+    )
     assert code != 0 and out == "" and err == f"error: --params {tmp_path / 'nope.yaml'}: no such file\n"
 
 
-def test_stdin_line_that_is_not_utf8(tiny, capsys, monkeypatch):
+def test_stdin_line_that_is_not_utf8(random_translator_files, capsys, monkeypatch):
     import io
 
     undecodable = b"A dog \xff runs.".decode("utf-8", "surrogateescape")  # how stdin delivers it
     monkeypatch.setattr("sys.stdin", io.StringIO(f"A dog runs.\n{undecodable}\n"))
-    code, _, err = translate(tiny, capsys)
+    code, _, err = translate(random_translator_files, capsys)
     assert code != 0 and err == "error: stdin line 2: not UTF-8 text\n"
 
 
-def test_stdin_not_utf8_under_a_strict_error_handler(tiny, capsys, monkeypatch):
+def test_stdin_not_utf8_under_a_strict_error_handler(random_translator_files, capsys, monkeypatch):
     """PYTHONIOENCODING=utf-8:strict: stdin would raise UnicodeDecodeError; still the one line."""
     import io
 
     raw = io.BytesIO(b"A dog runs.\nA dog \xff runs.\n")
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(raw, encoding="utf-8", errors="strict"))
-    code, out, err = translate(tiny, capsys)
+    code, out, err = translate(random_translator_files, capsys)
     assert code != 0 and out == "" and err == "error: stdin line 2: not UTF-8 text\n"
 
 
-def test_argument_that_is_not_utf8(tiny, capsys):
+def test_argument_that_is_not_utf8(random_translator_files, capsys):
     undecodable = b"A dog \xff runs.".decode("utf-8", "surrogateescape")  # how sys.argv delivers it
-    code, out, err = translate(tiny, capsys, "A dog runs.", undecodable)
+    code, out, err = translate(random_translator_files, capsys, "A dog runs.", undecodable)
     assert code != 0 and out == "" and err == "error: argument 2: not UTF-8 text\n"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
-def test_cuda_device_without_cuda(tiny, capsys):
-    code, out, err = translate(tiny, capsys, "A dog.", "--device", "cuda")
+def test_cuda_device_without_cuda(random_translator_files, capsys):
+    code, out, err = translate(random_translator_files, capsys, "A dog.", "--device", "cuda")
     assert code != 0 and out == "" and err == "error: --device cuda: this PyTorch sees no CUDA device\n"
 
 
@@ -277,25 +299,25 @@ ODD_INPUTS = {
 
 
 @pytest.mark.parametrize("lines,check", ODD_INPUTS.values(), ids=ODD_INPUTS.keys())
-def test_odd_translate_input(lines, check, tiny, capsys):
-    code, out, err = translate(tiny, capsys, *lines)
+def test_odd_translate_input(lines, check, random_translator_files, capsys):
+    code, out, err = translate(random_translator_files, capsys, *lines)
     assert code == 0, err
     assert check(out.split("\n")[:-1])
 
 
-def test_translate_saves_attention_png(tiny, tmp_path, capsys):
+def test_translate_saves_attention_png(random_translator_files, tmp_path, capsys):
     png = tmp_path / "attn.png"
-    code, out, err = translate(tiny, capsys, "", "A dog runs.", "--attention", str(png))
+    code, out, err = translate(random_translator_files, capsys, "", "A dog runs.", "--attention", str(png))
     assert code == 0, err
     assert out.count("\n") == 2 and out.startswith("\n")  # the empty line stays an empty line
     assert png.stat().st_size > 1000
 
 
-def test_translate_reads_stdin(tiny, capsys, monkeypatch):
+def test_translate_reads_stdin(random_translator_files, capsys, monkeypatch):
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO("A dog runs.\n\nTwo men talk.\n"))
-    code, out, err = translate(tiny, capsys)
+    code, out, err = translate(random_translator_files, capsys)
     assert code == 0, err
     assert len(out.split("\n")) == 4 and out.split("\n")[1] == ""
 

@@ -1,6 +1,7 @@
-"""The benchmarks (bench/): each command end to end on a tiny corpus, tokenizer and model, writing
-every key to bench.json; the baselines compute our function; the FLOP count's weights are ours.
-No timing assertions."""
+"""The benchmarks (bench/), each command run as a user runs it (`python -m bench.<name>`) on a
+tiny corpus, tokenizer and model: every key in bench.json, the baselines computing our function,
+one report merged from every run. And the FLOP count's weights are the model's. No timing
+assertions."""
 
 from __future__ import annotations
 
@@ -16,13 +17,10 @@ import torch
 import yaml
 from datasets import Dataset, DatasetDict
 
-from bench import batch_tokens, decode_speed, memory, naive, nn_transformer, train_speed
-from bench.common import record
-from bench.flops import matmul_weights, train_step_flops
 from pipeline.core.config import ModelConfig, TokenizerConfig
-from pipeline.core.errors import ConfigError
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import train_tokenizer
+from pipeline.model.flops import matmul_weights, train_step_flops
 from pipeline.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +33,12 @@ SAMPLE = [  # used when the mirror is absent
     ("A dog runs across the green grass with a ball.", "Ein Hund rennt mit einem Ball über das grüne Gras."),
 ]
 TINY = "d_model=32,n_heads=2,n_layers=1,d_ff=64"
+NO_COMPILE = (  # runs a bench module with torch.compile replaced by the identity: compiling takes minutes
+    "import runpy, sys, torch\n"
+    "torch.compile = lambda module, **kwargs: module\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+)
 
 
 def pairs(n: int = 300) -> list[tuple[str, str]]:
@@ -66,19 +70,32 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def common_args(root: Path) -> list[str]:
-    return [
-        "--params",
-        str(root / "params.yaml"),
-        "--out-dir",
-        str(root / "reports"),
-        "--model-override",
-        TINY,
-    ]
+def common_args(root: Path, out: str = "reports") -> list[str]:
+    return ["--params", str(root / "params.yaml"), "--out-dir", str(root / out), "--model-override", TINY]
 
 
-def bench_json(root: Path) -> dict:
-    return json.loads((root / "reports" / "bench.json").read_text())
+def bench(module: str, *args: str, ok: bool = True, no_compile: bool = False) -> subprocess.CompletedProcess:
+    """`python -m <module> ARGS` in the repository root; with `ok`, its exit status must be 0."""
+    launch = ["-c", NO_COMPILE] if no_compile else ["-m"]
+    done = subprocess.run(
+        [sys.executable, *launch, module, *args], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert not ok or done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def reports(workspace: Path) -> dict:
+    """bench.json after train_speed, batch_tokens, decode_speed and memory ran into one folder."""
+    none = str(workspace / "none.pt")
+    args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
+    bench("bench.train_speed", *common_args(workspace), *args, "--other-precision", "on")
+    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
+    bench("bench.batch_tokens", *common_args(workspace), *args)
+    bench("bench.decode_speed", *common_args(workspace), "--sentences", "6", "--checkpoint", none)
+    args = ["--steps", "2", "--sentences", "4", "--checkpoint", none]
+    bench("bench.memory", *common_args(workspace), *args)
+    return json.loads((workspace / "reports" / "bench.json").read_text())
 
 
 def assert_positive(data: dict, keys: list[str]) -> None:
@@ -86,27 +103,34 @@ def assert_positive(data: dict, keys: list[str]) -> None:
         assert isinstance(data[key], float) and data[key] > 0, (key, data.get(key))
 
 
-def test_train_speed_writes_its_keys(workspace: Path) -> None:
-    args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    train_speed.main(common_args(workspace) + args + ["--other-precision", "on"])
-    data = bench_json(workspace)
+def assert_same_function(rows: list[dict]) -> None:
+    """Every model's logit gap to ours is float noise (a compiled model's is not measured)."""
+    for row in rows:
+        gap = row["logit_gap"]
+        assert 0 <= gap < 1e-4 if gap is not None else row["model"] == "ours_compiled", row
+
+
+def test_train_speed_writes_its_keys(reports: dict) -> None:
     keys = ["train_tok_s", "train_vs_nn_transformer", "train_vs_naive", "bf16_vs_fp32", "mfu"]
-    assert_positive(data, keys + ["peak_gflops", "achieved_gflops"])
-    assert data["peak_dtype"] in ("bf16", "fp32")
-    models = [row["model"] for row in data["train_detail"]]
+    assert_positive(reports, keys + ["peak_gflops", "achieved_gflops"])
+    assert reports["peak_dtype"] in ("bf16", "fp32")
+    models = [row["model"] for row in reports["train_detail"]]
     assert len(models) == 10 and models[:3] == ["ours", "nn_transformer", "naive"]
     assert models[4] == "ours_all_positions"
-    assert data["train_detail"][0]["config"].startswith("tiny ")
-    assert all(row["tok_s"] > 0 and row["ms_per_step"] > 0 for row in data["train_detail"])
+    assert reports["train_detail"][0]["config"].startswith("tiny ")
+    assert all(row["tok_s"] > 0 and row["ms_per_step"] > 0 for row in reports["train_detail"])
+    assert_same_function(reports["train_detail"])  # post-norm, tied embeddings
 
 
-def test_train_speed_levers_other_precision_off_and_compile(workspace: Path, monkeypatch) -> None:
+def test_train_speed_levers_other_precision_off_and_compile(workspace: Path) -> None:
     """Without the other precision bf16_vs_fp32 is None; `--compile` adds a compiled runner to the
-    headline config only (torch.compile is replaced by a copy here: compiling takes minutes)."""
-    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
+    headline config only (torch.compile is the identity here: compiling takes minutes). The
+    baselines are pre-norm with untied embeddings here, and compute our function still."""
     args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "64"]
-    train_speed.main(common_args(workspace) + args + ["--other-precision", "off", "--compile"])
-    data = bench_json(workspace)
+    override = ["--model-override", f"{TINY},pre_norm=true,tie_embeddings=false"]
+    levers = ["--other-precision", "off", "--compile"]
+    bench("bench.train_speed", *common_args(workspace, "levers"), *override, *args, *levers, no_compile=True)
+    data = json.loads((workspace / "levers" / "bench.json").read_text())
     assert data["bf16_vs_fp32"] is None
     rows = [(row["config"].split()[0], row["model"]) for row in data["train_detail"]]
     assert [m for c, m in rows if c == "tiny"] == ["ours", "nn_transformer", "naive", "ours_all_positions"]
@@ -114,90 +138,66 @@ def test_train_speed_levers_other_precision_off_and_compile(workspace: Path, mon
     assert data["compiled_vs_eager"] > 0 and data["compile_s"] is not None
     if data["peak_dtype"] == "fp32":
         assert data["bf16_peak_gflops"] > 0
+    assert_same_function(data["train_detail"])
 
 
-def test_batch_tokens_compares_two_sizes(workspace: Path) -> None:
-    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    batch_tokens.main(common_args(workspace) + args)
-    data = bench_json(workspace)
-    assert_positive(data, ["per_token_speedup"])
-    small, large = data["batch_tokens_detail"]
+def test_batch_tokens_compares_two_sizes(reports: dict) -> None:
+    assert_positive(reports, ["per_token_speedup"])
+    small, large = reports["batch_tokens_detail"]
     assert (small["max_tokens"], large["max_tokens"]) == (200, 400)
     assert small["tgt_tokens_per_step"] < large["tgt_tokens_per_step"] <= 400
     assert all(row["tok_s"] > 0 and 0 < row["mfu"] for row in (small, large))
 
 
+def last_error(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1]
+
+
 def test_batch_tokens_names_a_size_with_too_few_batches(workspace: Path) -> None:
-    with pytest.raises(ConfigError, match="--max-tokens 100000: 1 batches"):
-        batch_tokens.main(common_args(workspace) + ["--max-tokens", "200,100000", "--steps", "2"])
+    args = ["--max-tokens", "200,100000", "--steps", "2"]
+    done = bench("bench.batch_tokens", *common_args(workspace, "unused"), *args, ok=False)
+    assert last_error(done).startswith("error: --max-tokens 100000: 1 batches")
     for bad in ("2500", "5000,2500", "a,b", "0,100"):
-        with pytest.raises(ConfigError, match="two or more positive integers"):
-            batch_tokens.parse_sizes(bad)
+        done = bench("bench.batch_tokens", "--max-tokens", bad, ok=False)
+        assert last_error(done).endswith("give two or more positive integers, smallest first"), bad
 
 
 def test_a_benchmark_reports_a_missing_input_in_one_line(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"tokenizer": {"out_dir": str(tmp_path / "no_spm")}}))
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.batch_tokens", "--params", str(params)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = bench("bench.batch_tokens", "--params", str(params), ok=False)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'no_spm' / 'spm.model'}: SentencePiece model not found (run the tokenizer stage)"
     ]
 
 
-def test_decode_speed_writes_its_keys(workspace: Path) -> None:
-    decode_speed.main(
-        common_args(workspace) + ["--sentences", "6", "--checkpoint", str(workspace / "none.pt")]
-    )
-    data = bench_json(workspace)
+def test_decode_speed_writes_its_keys(reports: dict) -> None:
     keys = ["naive_greedy_sent_s", "greedy_cached_sent_s", "beam5_sent_s", "ct2_fp32_beam5_sent_s"]
-    assert_positive(data, keys + ["greedy_cached_vs_naive", "beam5_cached_vs_naive", "beam5_vs_ct2_int8"])
-    rows = {row["method"]: row for row in data["decode_detail"]}
+    assert_positive(reports, keys + ["greedy_cached_vs_naive", "beam5_cached_vs_naive", "beam5_vs_ct2_int8"])
+    rows = {row["method"]: row for row in reports["decode_detail"]}
     assert "random weights" in rows["naive_greedy"]["model"]
     assert rows["greedy_cached"]["same_share"] > 0.5  # same model, same greedy rule
     assert rows["ct2_fp32_beam5"]["same_as"] == "beam5" and 0 <= rows["ct2_int8_beam5"]["same_share"] <= 1
 
 
-def test_memory_writes_its_keys(workspace: Path) -> None:
-    args = ["--steps", "2", "--sentences", "4", "--checkpoint", str(workspace / "none.pt")]
-    memory.main(common_args(workspace) + args)
-    data = bench_json(workspace)
-    assert_positive(data, ["train_peak_rss_mb", "decode_peak_rss_mb"])
-    floor = {r["process"]: r["peak_rss_mb"] for r in data["memory_detail"]}["floor"]
-    assert 0 < floor <= data["train_peak_rss_mb"]
-    assert "python -m bench.memory --params" in (workspace / "reports" / "bench.md").read_text()
+def test_memory_writes_its_keys(reports: dict) -> None:
+    assert_positive(reports, ["train_peak_rss_mb", "decode_peak_rss_mb"])
+    floor = {r["process"]: r["peak_rss_mb"] for r in reports["memory_detail"]}["floor"]
+    assert 0 < floor <= reports["train_peak_rss_mb"]
 
 
-def test_record_merges_runs_and_rewrites_markdown(tmp_path: Path) -> None:
-    cpu = torch.device("cpu")
-    record(tmp_path, "a", "python -m bench.a", {"train_tok_s": 1.0, "a_detail": [{"x": 1}]}, cpu)
-    data = record(tmp_path, "b", "python -m bench.b --n 2", {"mfu": 0.5, "train_tok_s": 2.0}, cpu)
-    assert data == json.loads((tmp_path / "bench.json").read_text())
-    assert (data["train_tok_s"], data["mfu"], data["a_detail"]) == (2.0, 0.5, [{"x": 1}])
-    assert set(data["runs"]) == {"a", "b"} and data["runs"]["b"]["command"] == "python -m bench.b --n 2"
-    md = (tmp_path / "bench.md").read_text()
-    assert "`python -m bench.b --n 2`" in md and "| train_tok_s | 2 |" in md and "## a_detail" in md
-
-
-@pytest.mark.parametrize("pre_norm, tie", [(False, True), (True, False)])
-def test_baselines_compute_our_function(pre_norm: bool, tie: bool) -> None:
-    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=2, d_ff=32, pre_norm=pre_norm, tie_embeddings=tie)
-    torch.manual_seed(0)
-    ours = Transformer(cfg, vocab_size=50, pad_id=0).eval()
-    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
-    tgt_in = torch.tensor([[2, 11, 12, 13], [2, 14, 0, 0]])
-    real = tgt_in != 0  # the baselines may differ at padded target positions only
-    expected = ours(src, tgt_in)[real]
-    for baseline in (naive.from_ours(ours), nn_transformer.from_ours(ours)):
-        n_ours, n_base = (sum(p.numel() for p in m.parameters()) for m in (ours, baseline))
-        assert n_base == n_ours
-        torch.testing.assert_close(baseline.eval()(src, tgt_in)[real], expected, atol=1e-5, rtol=1e-5)
+def test_every_run_merges_into_one_report(workspace: Path, reports: dict) -> None:
+    """bench.json keeps each command's figures and run; bench.md is regenerated from all of them."""
+    runs = reports["runs"]
+    assert list(runs) == ["train_speed", "batch_tokens", "decode_speed", "memory"]
+    assert runs["memory"]["command"].startswith("python -m bench.memory --params ")
+    assert all(run["cpu"] and run["cores"] > 0 for run in runs.values())
+    assert {"train_tok_s", "per_token_speedup", "beam5_sent_s", "train_peak_rss_mb"} <= set(reports)
+    md = (workspace / "reports" / "bench.md").read_text()
+    assert f"`{runs['memory']['command']}`" in md and "| train_tok_s | " in md
+    assert all(f"## {key}" in md for key in ("train_detail", "batch_tokens_detail", "memory_detail"))
 
 
 def test_flop_count_weights_are_the_models_linear_weights() -> None:

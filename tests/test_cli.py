@@ -8,17 +8,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-import tiny
+from tiny_translator import ROBUSTNESS_TABLE
 
 from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.ops.cli import DEFAULT_PARAMS, checkpoint_path, parser, spm_path
 from pipeline.ops.cli import main as translate_main
 from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
-from pipeline.serving.ours import OursEngine
+from pipeline.serving.torch_engine import TorchEngine
 from pipeline.serving.translator import load_translator, translate_lines, translate_lines_n_best
 from pipeline.tracking.runs import repo_root
 from pipeline.training import checkpoint
@@ -33,22 +34,17 @@ def decode_flags(cfg: DecodeConfig) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return tiny.build(tmp_path_factory.mktemp("tiny"))
+def loaded(tiny_translator_files: Mapping[str, Path]) -> TorchEngine:
+    return load_translator(tiny_translator_files["ckpt"], tiny_translator_files["spm"])
 
 
-@pytest.fixture(scope="module")
-def loaded(files: dict[str, Path]) -> OursEngine:
-    return load_translator(files["ckpt"], files["spm"])
-
-
-def test_robustness_table_passes(loaded: OursEngine) -> None:
-    result = pass_rate(loaded, read_table(tiny.TABLE), CFG, max_pieces=24)
+def test_robustness_table_passes(loaded: TorchEngine) -> None:
+    result = pass_rate(loaded, read_table(ROBUSTNESS_TABLE), CFG, max_pieces=24)
     assert result.total >= 40
     assert result.passed == result.total, result.failed
 
 
-def test_real_input_kinds(loaded: OursEngine, capsys) -> None:
+def test_real_input_kinds(loaded: TorchEngine, capsys) -> None:
     lines = [
         "A man holds 3 balloons and 12 flowers at 5:30 pm.",
         "Visit www.example.com for photos of the 2024 parade.",
@@ -64,7 +60,7 @@ def test_real_input_kinds(loaded: OursEngine, capsys) -> None:
     assert len(out) == 5 and longest_run(out[4]) <= 3 and len(out[4].split()) >= 12
 
 
-def test_uppercase_bleu_is_computed(loaded: OursEngine) -> None:
+def test_uppercase_bleu_is_computed(loaded: TorchEngine) -> None:
     en = ["A man walks in the park.", "Two children play near 5 trees."]
     refs = ["Ein Mann geht im Park.", "Zwei Kinder spielen bei 5 Bäumen."]
     hyps = translate_lines(loaded, en, CFG)
@@ -72,24 +68,27 @@ def test_uppercase_bleu_is_computed(loaded: OursEngine) -> None:
     assert 0.0 <= normal <= 100.0 and 0.0 <= upper <= 100.0
 
 
-def cli(files: dict[str, Path], *args: str) -> list[str]:
+def cli(files: Mapping[str, Path], *args: str) -> list[str]:
     argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), *decode_flags(CFG), *args]
     translate_main(argv)
     return []
 
 
-def test_file_input_is_batched_and_equals_line_by_line(files, loaded, capsys, monkeypatch) -> None:
+def test_file_input_is_batched_and_equals_line_by_line(
+    tiny_translator_files, loaded, capsys, monkeypatch
+) -> None:
     lines = ["A man walks in the park.", "", "Two children play near 5 trees. A dog walks.", "🙂"] * 80
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(line + "\n" for line in lines)))
-    cli(files)
+    cli(tiny_translator_files)
     out = capsys.readouterr().out.split("\n")[:-1]
     assert len(out) == len(lines) and all(o == "" for o in out[1::4])
     cfg = CFG.model_copy(update={"beam_size": 2})
     assert out[:4] == [translate_lines(loaded, [line], cfg)[0] for line in lines[:4]]
 
 
-def test_n_best_prints_k_numbered_ranked_lines_per_input(files, capsys) -> None:
-    cli(files, "--n-best", "2", "A man walks in the park.", "", "🙂", "Two children play. A dog walks.")
+def test_n_best_prints_k_numbered_ranked_lines_per_input(tiny_translator_files, capsys) -> None:
+    cli(tiny_translator_files, "--n-best", "2", "A man walks in the park.", "", "🙂",
+        "Two children play. A dog walks.")  # fmt: skip
     rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
     assert [(r[0], r[1]) for r in rows] == [(str(n), str(k)) for n in range(1, 5) for k in (1, 2)]
     scores = [float(r[2]) for r in rows]
@@ -98,11 +97,12 @@ def test_n_best_prints_k_numbered_ranked_lines_per_input(files, capsys) -> None:
     assert scores[2:6] == [0.0] * 4 and all(r[3] for r in rows[:2] + rows[6:])
 
 
-def test_decoding_flags_reach_the_search_and_are_validated(files, capsys) -> None:
-    cli(files, "--max-len-a", "0", "--max-len-b", "1", "--batch-size", "1", "A man walks in the park.")
+def test_decoding_flags_reach_the_search_and_are_validated(tiny_translator_files, capsys) -> None:
+    cli(tiny_translator_files, "--max-len-a", "0", "--max-len-b", "1", "--batch-size", "1",
+        "A man walks in the park.")  # fmt: skip
     assert len(capsys.readouterr().out.split()) <= 1  # at most one piece of output
     with pytest.raises(ConfigError, match="--batch-size: Input should be greater than 0"):
-        cli(files, "--batch-size", "0", "x")
+        cli(tiny_translator_files, "--batch-size", "0", "x")
     with pytest.raises(SystemExit) as exit_info:
         translate_main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("mt-translate ")
@@ -117,21 +117,22 @@ def test_defaults_resolve_from_the_repository(tmp_path, monkeypatch) -> None:
     assert os.getcwd() == str(tmp_path)
 
 
-def test_one_loader_checks_special_ids(files, tmp_path) -> None:
-    state = checkpoint.load(files["ckpt"])
+def test_one_loader_checks_special_ids(tiny_translator_files, tmp_path) -> None:
+    state = checkpoint.load(tiny_translator_files["ckpt"])
     checkpoint.save(tmp_path / "bad.pt", state | {"eos_id": 7})
     with pytest.raises(CheckpointError, match="special ids"):
-        load_translator(tmp_path / "bad.pt", files["spm"])
+        load_translator(tmp_path / "bad.pt", tiny_translator_files["spm"])
 
 
-def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_path) -> None:
+def test_ctranslate2_engine_gives_our_greedy_output(tiny_translator_files, loaded, capsys, tmp_path) -> None:
     """`--engine ctranslate2` goes through the same processing; greedy decoding is identical."""
     from pipeline.serving.ct2 import export_ctranslate2
 
     export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2")
     lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]
     greedy_cfg = CFG.model_copy(update={"beam_size": 1})
-    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), *decode_flags(greedy_cfg)]
+    argv = ["--checkpoint", str(tiny_translator_files["ckpt"]), "--spm", str(tiny_translator_files["spm"]),
+            *decode_flags(greedy_cfg)]  # fmt: skip
     translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
                     "float32", *lines])  # fmt: skip
     out = capsys.readouterr().out.split("\n")[:-1]
@@ -141,11 +142,11 @@ def test_ctranslate2_engine_gives_our_greedy_output(files, loaded, capsys, tmp_p
     _, _, score, text = capsys.readouterr().out.rstrip("\n").split("\t")
     ours_text, ours_score = translate_lines_n_best(loaded, [lines[0]], greedy_cfg, 1)[0][0]
     assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
-    with pytest.raises(ConfigError, match="--attention needs --engine ours"):
+    with pytest.raises(ConfigError, match="--attention needs --engine torch"):
         translate_main([*argv, "--engine", "ctranslate2", "--attention", str(tmp_path / "a.png"), "x"])
 
 
-def translate_process(files: dict[str, Path], tmp_path: Path, stdin) -> subprocess.Popen:
+def translate_process(files: Mapping[str, Path], tmp_path: Path, stdin) -> subprocess.Popen:
     """`python -m pipeline translate` on the tiny model (greedy), stdout and stderr piped."""
     params = tmp_path / "defaults.yaml"
     params.write_text("{}\n")
@@ -161,12 +162,12 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
+def test_a_reader_that_stops_early_ends_it_quietly(tiny_translator_files, tmp_path) -> None:
     """`mt-translate < file | head -1`: the reader goes away while batches remain."""
     source = tmp_path / "in.en"
     source.write_text("A man walks in the park.\n" * 1000)  # 4 batches
     with source.open("rb") as stdin:
-        proc = translate_process(files, tmp_path, stdin)
+        proc = translate_process(tiny_translator_files, tmp_path, stdin)
         first = proc.stdout.readline()
         proc.stdout.close()
         err = proc.stderr.read()
@@ -174,8 +175,8 @@ def test_a_reader_that_stops_early_ends_it_quietly(files, tmp_path) -> None:
     assert first.strip() and proc.returncode == 141 and err == b""  # 128 + SIGPIPE, no traceback
 
 
-def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
-    proc = translate_process(files, tmp_path, subprocess.PIPE)
+def test_ctrl_c_ends_it_quietly_with_exit_130(tiny_translator_files, tmp_path) -> None:
+    proc = translate_process(tiny_translator_files, tmp_path, subprocess.PIPE)
     proc.stdin.write(b"A dog walks.\n" * 300)  # one batch of 256 lines, then it waits for more
     proc.stdin.flush()
     for _ in range(256):
@@ -185,8 +186,10 @@ def test_ctrl_c_ends_it_quietly_with_exit_130(files, tmp_path) -> None:
     assert proc.returncode == 130 and err == b""
 
 
-def test_odd_characters_never_reach_the_output(files, capsys) -> None:
-    cli(files, "A dog\x00 runs\x1b.", "Two men drink a cafe\u0301.", "The label ｟1｠ is new.")
+def test_odd_characters_never_reach_the_output(tiny_translator_files, capsys) -> None:
+    cli(
+        tiny_translator_files, "A dog\x00 runs\x1b.", "Two men drink a cafe\u0301.", "The label ｟1｠ is new."
+    )
     out = capsys.readouterr().out
     assert "\x00" not in out and "\x1b" not in out and "\u0301" not in out
     assert out.split("\n")[2].count("｟1｠") == 1

@@ -24,13 +24,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.core.config import ModelConfig
+from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, use_bf16
 from pipeline.data.batching import collate
 from pipeline.model.beam import beam_search
 from pipeline.model.greedy import greedy
 from pipeline.model.transformer import Transformer, attention, attention_explicit
 from pipeline.training import checkpoint
+from pipeline.training.loop import make_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
@@ -66,7 +67,7 @@ def train_steps(model: Transformer, steps: int, bf16: bool, seed: int = 0) -> li
     50 steps and falling linearly to 0 at the end; returns the loss per target token of each step.
     (600 steps reverse every test sentence of `sources`, measured on a CPU.)"""
     device = next(model.parameters()).device
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = make_optimizer(model, OptimConfig(peak_lr=3e-3))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / 50, (steps - s) / (steps - 50))
     )

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-# tests/ is on sys.path (pytest rootdir-less import): the scratch copy of the smoke DAG
-from test_smoke_dag import MIRROR, REPO, dag_env, repo_copy, write_params
+# the scratch copy of the smoke DAG
+from test_smoke_dag import MIRROR, REPO, P, dag_env, repo_copy, write_params
 
 STORE = "mt-pipeline-dvc-store"  # the default remote's folder, beside the checkout
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
@@ -97,13 +97,13 @@ def test_a_fresh_clone_pulls_the_model_and_translates(pushed, env, tmp_path):
     work, remote = pushed
     clone = tmp_path / "clone"
     sh(GIT + ["clone", "-q", str(work), str(clone)], tmp_path, env)
-    assert not (clone / "models/transformer/model.pt").exists()  # Git holds no model
+    assert not (clone / P.train.model_file).exists()  # Git holds no model
     assert remotes(clone, env) == {"local": f"{tmp_path / STORE} (default)"}  # the committed one
     sh(["dvc", "remote", "add", "--local", "-d", "scratch", str(remote)], clone, env)
 
     sh(["dvc", "pull"], clone, env)
     assert json.loads(sh(["dvc", "status", "--json"], clone, env)) == {}  # nothing to rerun
-    for out in ("models/transformer/model.pt", "models/spm/spm.model", "data/multi30k"):
+    for out in (P.train.model_file, P.tokenizer.out_dir, P.download.out_dir):
         assert (clone / out).exists(), out
 
     german = translate(clone, env, "A dog runs.")

@@ -1,19 +1,14 @@
 """The moving average of the weights: its update rule, tied weights, exact continuation from
 last.pt, and its place among the final-model candidates."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
+from toy_train import TOY_MODEL, pairs, toy_run
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_train import TOY_MODEL, pairs, toy_run  # noqa: E402
-
-from pipeline.model.transformer import Transformer  # noqa: E402
-from pipeline.training import checkpoint  # noqa: E402
-from pipeline.training.ema import EMA  # noqa: E402
+from pipeline.model.transformer import Transformer
+from pipeline.training import checkpoint
+from pipeline.training.ema import EMA
 
 
 def test_update_follows_the_warmed_up_decay():

@@ -17,7 +17,7 @@ from pipeline.model.greedy import greedy
 from pipeline.model.transformer import Transformer
 from pipeline.ops import export as export_command
 from pipeline.serving import ct2 as export
-from pipeline.serving.ours import translate
+from pipeline.serving.torch_engine import translate
 from pipeline.training.checkpoint import save, weights
 
 ctranslate2 = pytest.importorskip("ctranslate2")

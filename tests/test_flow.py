@@ -65,7 +65,7 @@ def test_rollback_without_champion_is_a_one_line_error(tmp_path, monkeypatch, ca
 DVC_YAML = {
     "stages": {
         "incoming": {
-            "cmd": "python -m stages.incoming data/incoming data/train_merged.jsonl reports/incoming.json",
+            "cmd": "python -m stages.incoming",
             "deps": ["data/incoming", "data/multi30k"],
             "outs": ["data/train_merged.jsonl"],
             "metrics": [{"reports/incoming.json": {"cache": False}}],

@@ -151,7 +151,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
 
 
 def run_stage(repo: Path) -> tuple[bytes, dict]:
-    stage.main(repo / "data/incoming", repo / "data/train_merged.jsonl", repo / "reports/incoming.json")
+    stage.main()  # the default paths of params.yaml's incoming section, relative to `repo`
     counts = json.loads((repo / "reports/incoming.json").read_text())
     return (repo / "data/train_merged.jsonl").read_bytes(), counts
 
@@ -201,8 +201,8 @@ def test_stage_warns_once_per_ignored_entry_and_writes_the_same(repo: Path, caps
     assert run_stage(repo) == (merged, counts)  # the same bytes and numbers-only counts
     out = capsys.readouterr()
     assert out.err.splitlines() == [
-        f"warning: {repo / 'data/incoming/NEW.TSV'}: ignored (the name must end in .tsv, lower case)",
-        f"warning: {repo / 'data/incoming/b.tsv'}: ignored (a directory)",
+        "warning: data/incoming/NEW.TSV: ignored (the name must end in .tsv, lower case)",
+        "warning: data/incoming/b.tsv: ignored (a directory)",
     ]
     assert "incoming: 1 file(s)" in out.out
 

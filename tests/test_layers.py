@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ast
 
-import yaml
-from import_graph import (  # tests/ is on sys.path
+from import_graph import (
     ROOT,
     all_modules,
     closure,
@@ -18,6 +17,7 @@ from import_graph import (  # tests/ is on sys.path
 )
 
 from pipeline import LAYERS
+from pipeline.ops.dag import read_dag
 
 
 def layer_of(module: str) -> str | None:
@@ -60,10 +60,10 @@ def test_package_inits_hold_no_code() -> None:
 
 
 def test_every_stage_depends_on_exactly_the_code_it_imports() -> None:
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    stages = read_dag(ROOT)
     problems = []
     for name, module in stage_modules().items():
-        listed = {d for d in stages[name]["deps"] if d.endswith(".py")}
+        listed = {d for d in stages[name].deps if d.endswith(".py")}
         expected = code_deps(module)
         if listed != expected:
             problems.append(

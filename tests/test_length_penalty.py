@@ -7,7 +7,6 @@ import json
 import shutil
 
 import pytest
-import tiny
 
 from pipeline.core.config import Params
 from pipeline.core.errors import PipelineError
@@ -51,9 +50,9 @@ def test_decode_config_is_the_candidates():
     assert (cfg.beam_size, cfg.max_len_a) == (3, Params().decode.max_len_a)
 
 
-def test_sweep_decodes_val_records_and_renders(tmp_path, monkeypatch):
+def test_sweep_decodes_val_records_and_renders(tiny_translator_files, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    files = tiny.build(tmp_path / "model")
+    files = tiny_translator_files
     shutil.copy("/dev/null", tmp_path / "params.yaml")  # every default
     src = ["A man walks in the park.", "Two children play near 5 trees.", "A dog walks in the park."]
     val = {
@@ -80,7 +79,7 @@ def test_sweep_decodes_val_records_and_renders(tmp_path, monkeypatch):
 def test_an_experiment_dvc_cannot_find_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not a DVC repository
     with pytest.raises(
-        PipelineError, match="experiment 'nope': cannot read models/transformer/model.pt from DVC"
+        PipelineError, match=f"experiment 'nope': cannot read {Params().train.model_file} from DVC"
     ):
         lp.experiment_model("nope", Params(), tmp_path)
 

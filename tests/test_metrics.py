@@ -113,13 +113,19 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
     split = {"en": ["A man walks a dog.", "Two children play."], "cs": cs}
     save_dataset_dict(DatasetDict({s: Dataset.from_dict(split) for s in ("train", "val", "test_2016_flickr")}),
                       tmp_path / "data/multi30k")  # fmt: skip
-    params = {"download": {"tgt_lang": "cs"}, "mlflow": {"enabled": False}}
+    params = {
+        "download": {"tgt_lang": "cs"},
+        "mlflow": {"enabled": False},
+        "decode": {"translations_dir": "tr"},
+        "score": {"scores_dir": "reports", "facts_json": "facts.json"},
+        "train": {"run_id_file": "run_id.txt"},
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     for s in ("val", "test_2016_flickr"):
         translation_path(tmp_path / "tr", s, "cs").parent.mkdir(exist_ok=True)
         translation_path(tmp_path / "tr", s, "cs").write_text("".join(line + "\n" for line in cs))
     monkeypatch.chdir(tmp_path)
-    stage.main(tmp_path / "tr", tmp_path / "reports", tmp_path / "facts.json", tmp_path / "run_id.txt")
+    stage.main()
     assert "score: test_2017_flickr: skipped, Multi30k has no Czech references" in capsys.readouterr().out
     assert json.loads((tmp_path / "reports/test_2017_flickr.json").read_text()) == {}
     assert read_scores(tmp_path / "reports") == {s: {"bleu": 100.0, "chrf": 100.0, "bleu_lc_tok": 100.0}

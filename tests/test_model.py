@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy_ref as ref  # tests/ is on sys.path (pytest rootdir-less import)
+import numpy_ref as ref
 import pytest
 import torch
 import torch.nn.functional as F
@@ -429,7 +429,7 @@ def test_long_source_has_no_position_table_limit():
 @pytest.mark.parametrize("pre_norm", [False, True])
 @pytest.mark.parametrize("tie", [True, False])
 def test_parameter_count_closed_form(pre_norm, tie):
-    d, h, n, f, v = 256, 4, 3, 512, 8000  # the seed's tiny config
+    d, h, n, f, v = 256, 4, 3, 512, 8000  # the tutorial's config
     model = Transformer(
         ModelConfig(d_model=d, n_heads=h, n_layers=n, d_ff=f, pre_norm=pre_norm, tie_embeddings=tie), v, PAD
     )

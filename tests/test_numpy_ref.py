@@ -4,7 +4,7 @@ reference and the torch model cannot hide behind their agreement."""
 from __future__ import annotations
 
 import numpy as np
-import numpy_ref as ref  # tests/ is on sys.path (pytest rootdir-less import)
+import numpy_ref as ref
 
 
 def test_softmax_known_values_and_masking():

@@ -14,7 +14,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import tiny
 from packaging.requirements import Requirement
 
 from pipeline.serving.pyfunc import PYFUNC_PACKAGES
@@ -71,7 +70,7 @@ def test_the_served_model_needs_only_declared_dependencies() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("MT_TEST_FRESH_VENV"), reason="set MT_TEST_FRESH_VENV=1 (minutes)")
-def test_a_fresh_venv_install_translates(tmp_path: Path) -> None:
+def test_a_fresh_venv_install_translates(tiny_translator_files, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin/pip"), "install", "-q", "-c", str(ROOT / "requirements.txt"), str(ROOT)]
@@ -81,7 +80,7 @@ def test_a_fresh_venv_install_translates(tmp_path: Path) -> None:
     cli = str(venv / "bin/mt-translate")
     run = subprocess.run([cli, "--help"], cwd=elsewhere, capture_output=True, text=True, check=True)
     assert "--checkpoint" in run.stdout
-    files = tiny.build(tmp_path / "model")
+    files = tiny_translator_files
     args = [cli, "--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), "A man walks in the park."]
     run = subprocess.run(args, cwd=elsewhere, capture_output=True, text=True, check=True)
     assert run.stdout.strip() and run.stdout.count("\n") == 1

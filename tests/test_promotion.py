@@ -15,6 +15,7 @@ from pipeline.ops.promotion import (
     promote,
     rollback,
 )
+from pipeline.tracking.runs import TRANSLATIONS_ARTIFACTS
 
 WORDS = (
     "Mann Frau Hund Katze Kind Ball Straße Park Wasser Haus rot blau groß klein läuft spielt sitzt".split()
@@ -110,7 +111,7 @@ def registry(tmp_path: Path, monkeypatch):
         path = tmp_path / run_id / "val.hyp.de"
         path.parent.mkdir()
         path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        client.log_artifact(run_id, str(path), "reports/translations")
+        client.log_artifact(run_id, str(path), TRANSLATIONS_ARTIFACTS)
         version = client.create_model_version(name, f"runs:/{run_id}/translator", run_id=run_id).version
         client.set_registered_model_alias(name, "candidate", version)
         return str(version)
@@ -171,5 +172,7 @@ def test_missing_translations_is_a_one_line_error(registry) -> None:
     run_id = client.create_run(client.get_experiment_by_name("promotion-test").experiment_id).info.run_id
     version = client.create_model_version(name, f"runs:/{run_id}/translator", run_id=run_id).version
     client.set_registered_model_alias(name, "candidate", version)
-    with pytest.raises(PipelineError, match=rf"MLflow run {run_id}: no reports/translations/val\.hyp\.de"):
+    with pytest.raises(
+        PipelineError, match=rf"MLflow run {run_id}: no {TRANSLATIONS_ARTIFACTS}/val\.hyp\.de"
+    ):
         promote(name, REFS)

@@ -14,31 +14,23 @@ import yaml
 from datasets import Dataset, DatasetDict
 from matplotlib.image import imread
 
-from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.core.config import ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import DataError
-from pipeline.core.metrics import score, split_scores
+from pipeline.core.metrics import bleu_by_length, score, split_scores
+from pipeline.data import time_machine as tm
 from pipeline.data.batching import pad
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer
-from pipeline.data.translations import TIME_MACHINE as TIME_MACHINE_NAME
-from pipeline.data.translations import read_scores, read_time_machine, translation_path, write_scores
+from pipeline.data.translations import read_scores, translation_path, write_scores
 from pipeline.model.attention_maps import attention_map, cross_attention
 from pipeline.model.transformer import Transformer
-from pipeline.ops.report import (
-    ATTENTION_FIGSIZE,
-    DPI,
-    FIGSIZE,
-    bleu_by_length,
-    git_commit,
-    read_log,
-    read_run_id,
-    seed_style,
-)
+from pipeline.ops.report.figures import ATTENTION_FIGSIZE, DPI, FIGSIZE
 from pipeline.ops.robustness import RobustnessResult, write_figures
+from pipeline.tracking.runs import git_commit, read_run_id
 from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the seed's 20 sentences (tracked in git)
+TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the tutorial's 20 sentences (tracked in git)
 TINY = ModelConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
 EVAL_SPLITS = ("val", "test_2016_flickr", "test_2017_flickr")
 WORDS = "a man woman dog child runs walks in the park with red ball on street".split()
@@ -119,16 +111,15 @@ def test_bleu_by_length_buckets_and_counts() -> None:
 
 
 def test_small_helpers(tmp_path: Path) -> None:
-    assert seed_style("Ein Mädchen läuft über die Straße.") == "Ein Maedchen laeuft ueber die Strasse ."
-    assert seed_style("im Park .") == "im Park ."
+    assert (
+        tm.tutorial_style("Ein Mädchen läuft über die Straße.") == "Ein Maedchen laeuft ueber die Strasse ."
+    )
+    assert tm.tutorial_style("im Park .") == "im Park ."
     assert read_run_id(tmp_path / "absent.txt") is None
     (tmp_path / "id.txt").write_text("0123abcd\n")
     assert read_run_id(tmp_path / "id.txt") == "0123abcd"
     assert git_commit(tmp_path) == "unknown"  # pytest's tmp_path is outside any checkout
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", git_commit(REPO))
-    (tmp_path / "log.csv").write_text("step,lr\n1,0.1\n")
-    with pytest.raises(DataError, match="missing columns"):
-        read_log(tmp_path / "log.csv")
 
 
 # --------------------------------------------------------------------------- the stage
@@ -136,26 +127,28 @@ def test_small_helpers(tmp_path: Path) -> None:
 
 def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
     """params.yaml, corpus, model, translations, metrics, log and summary of a tiny fake run."""
+    d = Params()  # the stages' paths: params.yaml's defaults, relative to `root`
     paths = {
-        "model": root / "models" / "transformer" / "model.pt",
-        "time_machine": TIME_MACHINE,
-        "translations": root / "reports" / "translations",
-        "scores": root / "reports",
-        "score_facts": root / "reports" / "score_facts.json",
-        "train_log": root / "reports" / "train_log.csv",
-        "train_summary": root / "reports" / "train_summary.json",
-        "train_facts": root / "reports" / "train_facts.json",
-        "mlflow_run_id": root / "reports" / "mlflow_run_id.txt",
-        "robustness_json": root / "reports" / "robustness.json",
-        "robustness_failures": root / "reports" / "robustness_failures.json",
-        "report_md": root / "reports" / "README.md",
-        "figures": root / "reports" / "figures",
+        "model": root / d.train.model_file,
+        "translations": root / d.decode.translations_dir,
+        "scores": root / d.score.scores_dir,
+        "score_facts": root / d.score.facts_json,
+        "train_log": root / d.train.log_csv,
+        "train_summary": root / d.train.metrics_json,
+        "train_facts": root / d.train.facts_json,
+        "mlflow_run_id": root / d.train.run_id_file,
+        "robustness_json": root / d.decode.robustness_json,
+        "robustness_failures": root / d.decode.robustness_failures_json,
+        "time_machine_md": root / d.decode.time_machine_md,
+        "report_md": root / d.report.page_md,
+        "figures": root / d.report.figures_dir,
     }
     params = {
         "download": {"out_dir": "data/multi30k"},
         "tokenizer": {"out_dir": "spm"},
-        "decode": {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 5, "batch_size": 8},
-    }
+        "decode": {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 5, "batch_size": 8,
+                   "time_machine_tsv": str(TIME_MACHINE)},
+    }  # fmt: skip
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     (root / "spm").mkdir()
     (root / "spm" / "spm.model").write_bytes(tok.sp.serialized_model_proto())
@@ -179,8 +172,8 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
             "".join(h + "\n" for h in hyps), encoding="utf-8"
         )
         metrics[s], signatures[s] = split_scores(hyps, split["de"])
-    en, _ = read_time_machine(TIME_MACHINE)  # the decode stage's outputs of the seed's sentences
-    translation_path(paths["translations"], TIME_MACHINE_NAME).write_text(
+    en, _ = tm.read(TIME_MACHINE)  # the decode stage's outputs of the tutorial's sentences
+    translation_path(paths["translations"], tm.TIME_MACHINE).write_text(
         "".join(sentence(GERMAN, 6, i) + "\n" for i in range(len(en))), encoding="utf-8"
     )
     failed = RobustnessResult(41, 44, [("12/05/2023 was a day.", ["lost 12/05/2023"])])
@@ -231,18 +224,16 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
 
     paths = write_fake_run(tmp_path, tok)
     monkeypatch.chdir(tmp_path)  # params.yaml and relative params paths; outside git
+    paths["time_machine_md"].write_text("# Time machine\n")  # what the decode stage writes
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        stage.main(paths)
+        stage.main()
     assert not [w for w in caught if "Glyph" in str(w.message)], "a piece's character has no glyph"
 
     figures = paths["figures"]
     line_size = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
     attention_size = (round(ATTENTION_FIGSIZE[0] * DPI), round(ATTENTION_FIGSIZE[1] * DPI))
-    expected = {
-        "loss.png": line_size,
-        "val_bleu.png": line_size,
-        "lr.png": line_size,
+    expected = {  # the training curves are DVC's plots (dvc.yaml), not drawn here
         "bleu_by_length.png": line_size,
         "attention_01.png": attention_size,
         "attention_08.png": attention_size,
@@ -271,9 +262,9 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
         and "| 16–20 | 1 |" in page
         and "| >20 | 2 |" in page
     )
-    table = [line for line in page.splitlines() if re.match(r"\| \d+ \| .* \| [\d.]+ \| [\d.]+ \|$", line)]
-    assert len(table) == 20  # one row per time-machine sentence, with both chrF columns
+    assert "[train_log.csv](train_log.csv)" in page and "dvc plots show" in page
+    assert re.search(r"\[time_machine.md\]\(time_machine.md\): mean chrF\s+\d+\.\d as is, \d+\.\d", page)
 
     paths["mlflow_run_id"].write_text("abc123\n")
-    stage.main(paths)
+    stage.main()
     assert "`abc123`" in paths["report_md"].read_text(encoding="utf-8")

@@ -1,9 +1,11 @@
-"""`bench.scale` end to end at its smallest size (30,000 synthetic pairs) on a tiny corpus and model:
-every stage runs in its own process and is measured; the synthetic corpus is seeded."""
+"""`python -m bench.scale` end to end at two small sizes on a tiny corpus and model: every stage
+runs in its own process and is measured, and consecutive sizes are compared."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,10 +13,11 @@ import yaml
 from datasets import Dataset, DatasetDict
 from test_bench import TINY, pairs
 
-from bench import scale
 from pipeline.core.config import TokenizerConfig
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,38 +38,31 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_synthetic_pairs_are_seeded_joined_pairs_without_inner_tabs() -> None:
-    en, de = ["A a.", "B\tb."], ["X x.", "Y y."]
-    lines = list(scale.synthetic_pairs(en, de, 50, seed=4))
-    assert (
-        lines
-        == list(scale.synthetic_pairs(en, de, 50, seed=4))
-        != list(scale.synthetic_pairs(en, de, 50, seed=5))
+def test_two_sizes_measure_every_stage_and_their_ratios_into_bench_json(workspace: Path) -> None:
+    argv = ["--sizes", "1000,2000", "--params", str(workspace / "params.yaml"), "--out-dir",
+            str(workspace / "reports"), "--model-override", TINY]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scale", *argv], cwd=REPO, capture_output=True, text=True, timeout=900
     )
-    assert all(line.count("\t") == 1 and line.endswith("\n") for line in lines)
-    assert {line.split("\t")[0] for line in lines} <= {"A a. A a.", "A a. B b.", "B b. A a.", "B b. B b."}
-
-
-def test_smallest_size_measures_every_stage_into_bench_json(workspace: Path) -> None:
-    argv = ["--sizes", "30000", "--params", str(workspace / "params.yaml"), "--out-dir", str(workspace / "reports"),
-            "--model-override", TINY]  # fmt: skip
-    scale.main(argv)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     data = json.loads((workspace / "reports" / "bench.json").read_text())
     rows = data["scale_detail"]
-    assert [r["stage"] for r in rows] == ["incoming", "prepare", "train"]
+    assert [(r["pairs"], r["stage"]) for r in rows] == [
+        (n, stage) for n in (1000, 2000) for stage in ("incoming", "prepare", "train")
+    ]
     for row in rows:
-        assert row["pairs"] == 30000 and row["cpu_s"] > 0 and row["wall_s"] > 0
-        assert 20 < row["peak_rss_mib"] < 4000
-        assert row["rss_mib_per_m_pairs"] == pytest.approx(row["peak_rss_mib"] / 0.03, rel=1e-3)
-    assert data["scale_ratio_detail"] == [] and "scale" in data["runs"]
-    assert "## scale_detail" in (workspace / "reports" / "bench.md").read_text()
-
-
-def test_ratios_pair_consecutive_sizes_per_stage() -> None:
-    rows = [
-        {"pairs": n, "stage": "a", "cpu_s": c, "peak_rss_mib": m}
-        for n, c, m in ((10, 1.0, 5.0), (100, 9.0, 10.0))
-    ]
-    assert scale.ratios(rows) == [
-        {"stage": "a", "sizes": "100/10", "pairs_ratio": 10.0, "cpu_ratio": 9.0, "rss_ratio": 2.0}
-    ]
+        assert row["cpu_s"] > 0 and row["wall_s"] > 0 and 20 < row["peak_rss_mib"] < 4000
+        assert row["rss_mib_per_m_pairs"] == pytest.approx(
+            row["peak_rss_mib"] / (row["pairs"] / 1e6), rel=1e-3
+        )
+    by = {(r["pairs"], r["stage"]): r for r in rows}
+    assert [r["stage"] for r in data["scale_ratio_detail"]] == ["incoming", "prepare", "train"]
+    for ratio in data["scale_ratio_detail"]:
+        small, big = by[1000, ratio["stage"]], by[2000, ratio["stage"]]
+        assert (ratio["sizes"], ratio["pairs_ratio"]) == ("2000/1000", 2.0)
+        assert ratio["cpu_ratio"] == pytest.approx(big["cpu_s"] / small["cpu_s"], rel=1e-3)
+        assert ratio["rss_ratio"] == pytest.approx(big["peak_rss_mib"] / small["peak_rss_mib"], rel=1e-3)
+    assert (
+        "scale" in data["runs"]
+        and "## scale_ratio_detail" in (workspace / "reports" / "bench.md").read_text()
+    )

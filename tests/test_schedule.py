@@ -1,15 +1,10 @@
 """Learning-rate schedules: the paper's inverse square root, and the linear / cosine decays that
 reach zero at the step budget; what raising the budget of a finished decaying run does."""
 
-import sys
-from pathlib import Path
-
 import pytest
+from toy_train import pairs, toy_run
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_train import pairs, toy_run  # noqa: E402
-
-from pipeline.training.schedule import decaying_lr, inverse_sqrt_lr, learning_rate  # noqa: E402
+from pipeline.training.schedule import decaying_lr, inverse_sqrt_lr, learning_rate
 
 
 def test_inverse_sqrt_schedule():

@@ -14,7 +14,7 @@ from pipeline.data.batching import pad
 from pipeline.model.beam import Hypothesis, beam_search, beam_search_n_best, gnmt_length_penalty, topk_stable
 from pipeline.model.greedy import greedy, max_lengths
 from pipeline.model.transformer import Transformer
-from pipeline.serving.ours import translate, translate_n_best
+from pipeline.serving.torch_engine import translate, translate_n_best
 
 PAD, UNK, BOS, EOS, A, B, C = range(7)
 V = 7
@@ -202,7 +202,7 @@ TINY_V = 40
 
 
 @pytest.fixture(scope="module")
-def tiny() -> Transformer:
+def random_transformer() -> Transformer:
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0)
     model = Transformer(cfg, TINY_V, PAD).eval()
@@ -229,17 +229,19 @@ def in_batches(fn, model, sources: list[list[int]], size: int, **kwargs) -> list
 LIMITS = {"max_len_a": 1.0, "max_len_b": 5}
 
 
-def test_beam_of_one_equals_greedy(tiny, sources) -> None:
-    expected = in_batches(greedy, tiny, sources, 64, **LIMITS)
+def test_beam_of_one_equals_greedy(random_transformer, sources) -> None:
+    expected = in_batches(greedy, random_transformer, sources, 64, **LIMITS)
     assert len({len(o) for o in expected}) > 3  # lengths vary: some end early, some hit the limit
     for alpha in (0.0, 0.6, 2.0):
-        got = in_batches(beam_search, tiny, sources, 64, beam_size=1, length_penalty=alpha, **LIMITS)
+        got = in_batches(
+            beam_search, random_transformer, sources, 64, beam_size=1, length_penalty=alpha, **LIMITS
+        )
         assert got == expected
 
 
 @pytest.mark.parametrize("fn, kwargs", [(greedy, {}), (beam_search, {"beam_size": 5, "length_penalty": 0.6})])
-def test_output_does_not_depend_on_batch_size(tiny, sources, fn, kwargs) -> None:
-    outs = [in_batches(fn, tiny, sources, size, **kwargs, **LIMITS) for size in (1, 7, 64)]
+def test_output_does_not_depend_on_batch_size(random_transformer, sources, fn, kwargs) -> None:
+    outs = [in_batches(fn, random_transformer, sources, size, **kwargs, **LIMITS) for size in (1, 7, 64)]
     assert outs[0] == outs[1] == outs[2]
     limits = [math.floor(1.0 * len(s) + 5) for s in sources]
     assert all(len(o) <= m for o, m in zip(outs[0], limits, strict=True))
@@ -271,21 +273,21 @@ def reference_beam(model: Transformer, src: list[int], k: int, alpha: float, lim
     return max(finished, key=lambda f: f[0])[1]  # the earliest of equal scores
 
 
-def test_n_best_heads_equal_beam_search_and_are_sorted(tiny, sources) -> None:
+def test_n_best_heads_equal_beam_search_and_are_sorted(random_transformer, sources) -> None:
     cfg = DecodeConfig(beam_size=4, length_penalty=0.6, batch_size=64, **LIMITS)
-    best = in_batches(beam_search, tiny, sources, 64, beam_size=4, length_penalty=0.6, **LIMITS)
-    n_best = beam_search_n_best(tiny, pad(sources, PAD), BOS, EOS, cfg, n_best=4)
+    best = in_batches(beam_search, random_transformer, sources, 64, beam_size=4, length_penalty=0.6, **LIMITS)
+    n_best = beam_search_n_best(random_transformer, pad(sources, PAD), BOS, EOS, cfg, n_best=4)
     assert [hyps[0].tokens for hyps in n_best] == best
     for hyps in n_best:
         assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) == 4
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
 
 
-def test_batched_beam_matches_a_naive_reference(tiny, sources) -> None:
+def test_batched_beam_matches_a_naive_reference(random_transformer, sources) -> None:
     some = sources[:8]
-    got = in_batches(beam_search, tiny, some, 64, beam_size=3, length_penalty=1.0, **LIMITS)
+    got = in_batches(beam_search, random_transformer, some, 64, beam_size=3, length_penalty=1.0, **LIMITS)
     with torch.inference_mode():
-        expected = [reference_beam(tiny, s, 3, 1.0, len(s) + 5) for s in some]
+        expected = [reference_beam(random_transformer, s, 3, 1.0, len(s) + 5) for s in some]
     assert got == expected
 
 
@@ -320,27 +322,29 @@ SENTENCES = [
 ]
 
 
-def test_translate_restores_order_and_skips_blank_lines(tiny) -> None:
+def test_translate_restores_order_and_skips_blank_lines(random_transformer) -> None:
     tok = WordTokenizer()
     cfg = DecodeConfig(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=3)
-    outs = translate(tiny, tok, SENTENCES, cfg)
+    outs = translate(random_transformer, tok, SENTENCES, cfg)
     assert outs[1] == "" and outs[3] == ""
     for text, out in zip(SENTENCES, outs, strict=True):
         if text.strip():
             src = torch.tensor([tok.encode(text) + [EOS]])
-            (ids,) = beam_search(tiny, src, BOS, EOS, 3, 0.6, 1.0, 5)
+            (ids,) = beam_search(random_transformer, src, BOS, EOS, 3, 0.6, 1.0, 5)
             assert out == tok.decode(ids)
     for size in (1, 7, 64):
-        assert translate(tiny, tok, SENTENCES, cfg.model_copy(update={"batch_size": size})) == outs
+        assert (
+            translate(random_transformer, tok, SENTENCES, cfg.model_copy(update={"batch_size": size})) == outs
+        )
 
 
-def test_translate_n_best_first_equals_translate(tiny) -> None:
+def test_translate_n_best_first_equals_translate(random_transformer) -> None:
     tok = WordTokenizer()
     cfg = DecodeConfig(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=4)
-    got = translate_n_best(tiny, tok, SENTENCES, cfg, n_best=3)
+    got = translate_n_best(random_transformer, tok, SENTENCES, cfg, n_best=3)
     assert got[1] == [] and got[3] == []
     firsts = [hyps[0][0] if hyps else "" for hyps in got]
-    assert firsts == translate(tiny, tok, SENTENCES, cfg)
+    assert firsts == translate(random_transformer, tok, SENTENCES, cfg)
     assert all(len(hyps) == 3 for text, hyps in zip(SENTENCES, got, strict=True) if text.strip())
 
 

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-import tiny
 
-from bench.serve_load import load, post, served
+from pipeline.serving.mlflow_server import post, served
 
 NAME = "tiny-translator"
 LIMITS = {"max_inputs": 4, "max_chars": 200}  # the `serve` section, small for the test
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory):
+def logged(tmp_path_factory: pytest.TempPathFactory, tiny_translator_files):
     """(model URI, tracking URI): the tiny model logged and registered as version 1 of NAME."""
     root = tmp_path_factory.mktemp("serving")
-    files = tiny.build(root / "model")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
@@ -30,7 +32,9 @@ def logged(tmp_path_factory: pytest.TempPathFactory):
         run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
         decode = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4)
         config = decode.model_dump() | LIMITS
-        version = log_translator(run_id, files["ckpt"], files["spm"], config, NAME)
+        version = log_translator(
+            run_id, tiny_translator_files["ckpt"], tiny_translator_files["spm"], config, NAME
+        )
     return f"models:/{NAME}/{version}", uri
 
 
@@ -107,8 +111,26 @@ def test_served_model_answers_and_rejects_bad_requests(server) -> None:
 
 
 @pytest.mark.slow
-def test_load_test_reports_latency_and_throughput_without_errors(server) -> None:
-    figures = load(server, ["A man walks in the park.", "Two children play near 5 trees."], 2, 4.0, 1)
+def test_load_test_reports_latency_and_throughput_without_errors(server, tmp_path) -> None:
+    """`python -m bench.serve_load --port` against the served model, sending a 2-sentence split."""
+    from datasets import Dataset, DatasetDict
+
+    from pipeline.data.multi30k import save_dataset_dict
+
+    en = ["A man walks in the park.", "Two children play near 5 trees."]
+    save_dataset_dict(DatasetDict(val=Dataset.from_dict({"en": en, "de": ["", ""]})), tmp_path / "corpus")
+    (tmp_path / "params.yaml").write_text(json.dumps({"download": {"out_dir": str(tmp_path / "corpus")}}))
+    argv = ["--port", str(server), "--clients", "2", "--seconds", "4", "--batch", "1", "--split", "val",
+            "--params", str(tmp_path / "params.yaml"), "--out-dir", str(tmp_path / "reports")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.serve_load", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    figures = json.loads((tmp_path / "reports" / "bench.json").read_text())["serve_load"]
     assert figures["errors"] == 0 and figures["requests"] >= 2
     assert figures["sent_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
 

@@ -13,25 +13,21 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.core.config import load_params
+from pipeline.data.tokenizer import model_file
+from pipeline.ops.dag import read_params
 from pipeline.tracking.runs import flatten
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))
 MODEL_NAME = "smoke-translator"
 SPLITS = ("val", "test_2016_flickr", "test_2017_flickr")
+P = load_params(REPO / "params.yaml")  # the stages' paths (smoke_params.yaml moves none of them)
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not MIRROR.is_dir(), reason=f"Multi30k mirror {MIRROR} absent"),
 ]
-
-
-def merge(base: dict, over: dict) -> dict:
-    """Deep-merge `over` into a copy of `base`."""
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = merge(base.get(key, {}), value) if isinstance(value, dict) else value
-    return out
 
 
 def dag_env(mlflow_db: Path | None = None) -> dict:
@@ -60,11 +56,9 @@ def repo_copy(dest: Path) -> Path:
 
 
 def write_params(work: Path, **overrides: dict) -> None:
-    params = merge(
-        yaml.safe_load((REPO / "params.yaml").read_text()),
-        yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text()),
-    )
-    (work / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides)))
+    """The repo's params.yaml with tests/smoke_params.yaml, then `overrides`, merged over it."""
+    smoke = yaml.safe_load((REPO / "tests/smoke_params.yaml").read_text())
+    (work / "params.yaml").write_text(yaml.safe_dump(read_params(REPO, smoke, overrides)))
 
 
 @pytest.fixture(scope="module")
@@ -84,20 +78,20 @@ def smoke(tmp_path_factory, french_repro):
 
 def test_smoke_dag_runs_end_to_end(smoke):
     work, env, _ = smoke
-    metrics = {s: json.loads((work / f"reports/{s}.json").read_text()) for s in SPLITS}
-    facts = json.loads((work / "reports/score_facts.json").read_text())
+    metrics = {s: json.loads((work / P.score.scores_dir / f"{s}.json").read_text()) for s in SPLITS}
+    facts = json.loads((work / P.score.facts_json).read_text())
     assert set(metrics) == set(facts) == {"val", "test_2016_flickr", "test_2017_flickr"}
     for split, m in metrics.items():
         assert set(m) == {"bleu", "chrf", "bleu_lc_tok"} and all(0.0 <= v <= 100.0 for v in m.values())
         assert facts[split]["bleu"].startswith("nrefs:1") and "tok:none" in facts[split]["bleu_lc_tok"]
-        lines = (work / f"reports/translations/{split}.hyp.de").read_text().split("\n")
+        lines = (work / P.decode.translations_dir / f"{split}.hyp.de").read_text().split("\n")
         assert len(lines) - 1 == 40  # one line per source line (max_eval_pairs), trailing newline
-    assert (work / "reports/time_machine.md").read_text().count("\n|") >= 21
-    figures = json.loads((work / "reports/robustness.json").read_text())  # computed by decode
-    assert figures["total"] == len((REPO / "tests/robustness.tsv").read_text().splitlines()) - 1
+    assert (work / P.decode.time_machine_md).read_text().count("\n|") >= 21
+    figures = json.loads((work / P.decode.robustness_json).read_text())  # computed by decode
+    assert figures["total"] == len((REPO / "data/robustness.tsv").read_text().splitlines()) - 1
     assert 0 <= figures["passed"] <= figures["total"] and figures["uppercase_bleu"] >= 0
-    assert json.loads((work / "reports/warmup_facts.json").read_text())["threshold"] == 0.0
-    assert (work / "models/transformer/model.pt").is_file()
+    assert json.loads((work / P.warmup_train.facts_json).read_text())["threshold"] == 0.0
+    assert (work / P.train.model_file).is_file()
     assert not (work / "mlflow.db").exists()  # MLFLOW_TRACKING_URI wins over the repo default
 
     again = subprocess.run(["dvc", "repro"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
@@ -115,7 +109,7 @@ def stale_stages(work: Path, env: dict) -> set[str]:
     ("edited", "stale"),
     [
         ("pipeline/model/beam.py", {"decode", "report"}),
-        ("pipeline/serving/textproc.py", {"decode", "report"}),
+        ("pipeline/serving/spans.py", {"decode", "report"}),
         ("pipeline/serving/pyfunc.py", {"decode"}),
         ("pipeline/ops/report.py", {"report"}),
         ("pipeline/ops/cli.py", set()),
@@ -142,10 +136,8 @@ def test_dvc_metrics_are_numbers_that_fit_a_terminal(smoke):
     )
     assert shown.returncode == 0, shown.stderr
     files = next(iter(json.loads(shown.stdout).values()))["data"]  # keyed by revision ("" = workspace)
-    assert {f"reports/{s}.json" for s in SPLITS} | {
-        "reports/train_summary.json",
-        "reports/warmup.json",
-    } <= set(files)
+    scores = {str(Path(P.score.scores_dir) / f"{s}.json") for s in SPLITS}
+    assert scores | {P.train.metrics_json, P.warmup_train.metrics_json} <= set(files)
     leaves = [(name, key, value) for name, f in files.items() for key, value in flatten(f["data"]).items()]
     assert len(leaves) >= 15
     for name, key, value in leaves:
@@ -160,7 +152,7 @@ def tracked(smoke, monkeypatch_module):
     from pipeline.tracking import runs as tracking
 
     client = tracking.client()
-    run_id = (work / "reports/mlflow_run_id.txt").read_text().strip()
+    run_id = (work / P.train.run_id_file).read_text().strip()
     return client, client.get_run(run_id)
 
 
@@ -209,7 +201,7 @@ def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     assert float(version.tags["val.bleu"]) == pytest.approx(run.data.metrics["val.bleu"], abs=1e-3)
     sentences = ["A dog runs in the park.", "", "Two men are playing football on a field."]
     got = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@candidate").predict(sentences)
-    loaded = load_translator(work / "models/transformer/model.pt", work / "models/spm/spm.model")
+    loaded = load_translator(work / P.train.model_file, work / model_file(P.tokenizer.out_dir))
     params = load_params(work / "params.yaml")
     want = translate_lines(loaded, sentences, params.decode, max_pieces=params.train.max_len)
     assert got == want and len(got) == 3 and got[1] == ""
@@ -289,11 +281,11 @@ def smoke_fr(french_repro):
 def test_english_to_french_dag_scores_every_split(smoke_fr):
     work = smoke_fr
     for split in SPLITS:
-        scores = json.loads((work / f"reports/{split}.json").read_text())
+        scores = json.loads((work / P.score.scores_dir / f"{split}.json").read_text())
         assert set(scores) == {"bleu", "chrf", "bleu_lc_tok"}
         assert all(isinstance(v, float) and 0.0 <= v <= 100.0 for v in scores.values())
-        assert len((work / f"reports/translations/{split}.hyp.fr").read_text().splitlines()) == 10
-    assert json.loads((work / "reports/score_facts.json").read_text())["val"]["bleu_lc_tok"].endswith(":fr")
+        assert len((work / P.decode.translations_dir / f"{split}.hyp.fr").read_text().splitlines()) == 10
+    assert json.loads((work / P.score.facts_json).read_text())["val"]["bleu_lc_tok"].endswith(":fr")
     assert "fr" in json.loads((work / "data/train_merged.jsonl").read_text().splitlines()[0])
-    assert "seed's reference outputs are German" in (work / "reports/time_machine.md").read_text()
-    assert "English→French" in (work / "reports/README.md").read_text()
+    assert "the tutorial's outputs are German" in (work / P.decode.time_machine_md).read_text()
+    assert "English→French" in (work / P.report.page_md).read_text()

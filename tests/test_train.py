@@ -2,21 +2,18 @@
 afresh when the trajectory changes, checkpoint contents, budgets and the NaN stop."""
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run  # noqa: E402
-
-from pipeline.core.config import OptimConfig, TrainConfig  # noqa: E402
-from pipeline.core.errors import PipelineError  # noqa: E402
-from pipeline.model.transformer import Transformer  # noqa: E402
-from pipeline.training import checkpoint  # noqa: E402
-from pipeline.training import loop as train_module  # noqa: E402
-from pipeline.training.loop import RunContext, label_smoothed_loss, run_identity  # noqa: E402
+from pipeline.core.config import OptimConfig, TrainConfig
+from pipeline.core.errors import PipelineError
+from pipeline.model.transformer import Transformer
+from pipeline.training import checkpoint
+from pipeline.training import loop as train_module
+from pipeline.training.loop import RunContext, label_smoothed_loss, run_identity
 
 PAD = 0
 
@@ -108,11 +105,12 @@ def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
     torch.manual_seed(0)
     model, data, digest = Transformer(TOY_MODEL, 20, PAD), pairs(), "ab" * 32
     run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", spm_sha256=digest)
-    cfg = TrainConfig(optim=OptimConfig(**(TOY_OPTIM | {"max_steps": 8})))
+    optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 8}))
+    cfg = TrainConfig(out_dir=str(tmp_path), model_file=str(tmp_path / "final.pt"), optim=optim)
     validation = ToyValidation(data[:16])
     progress = train_module.train(model, data, validation, cfg.optim, run)
-    train_module.finish(model, progress, validation, cfg, run)
-    for name in ("best.pt", "step0000008.pt", "last.pt", checkpoint.FINAL_MODEL):
+    train_module.save_final_model(model, progress, validation, cfg, run)
+    for name in ("best.pt", "step0000008.pt", "last.pt", "final.pt"):
         assert checkpoint.load(tmp_path / name)[checkpoint.TOKENIZER_KEY] == digest, name
 
 

@@ -4,23 +4,20 @@ model's), and another architecture, another tokenizer or no champion is a one-li
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from toy_train import TOY_OPTIM, ToyValidation
 
-sys.path.insert(0, str(Path(__file__).parent))
-from toy_train import TOY_OPTIM, ToyValidation  # noqa: E402
-
-from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig  # noqa: E402
-from pipeline.core.errors import CheckpointError, run_main  # noqa: E402
-from pipeline.data.batching import longest_sides  # noqa: E402
-from pipeline.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
-from pipeline.training import checkpoint  # noqa: E402
-from pipeline.training import loop as train_module  # noqa: E402
-from pipeline.training.loop import EpochOrder, RunContext, new_model, run_identity, to_tensors  # noqa: E402
-from pipeline.training.warm_start import warm_start  # noqa: E402
+from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig
+from pipeline.core.errors import CheckpointError, run_main
+from pipeline.data.batching import longest_sides
+from pipeline.data.tokenizer import Tokenizer, train_tokenizer
+from pipeline.training import checkpoint
+from pipeline.training import loop as train_module
+from pipeline.training.loop import EpochOrder, RunContext, new_model, run_identity, to_tensors
+from pipeline.training.warm_start import warm_start
 
 NAME = "warm-start-test"
 MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0)  # no dropout: exact losses

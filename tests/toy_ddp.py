@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
-from toy_train import PAD, ToyValidation, pairs  # this folder is on sys.path when run as a script
+from toy_train import PAD, ToyValidation, pairs  # a script (also under torchrun): its folder is sys.path[0]
 
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.errors import CheckpointError, run_main

@@ -177,7 +177,8 @@ class DistConfig(Section):
 class TrainConfig(Section):
     """Stage `train`: the Transformer on Multi30k."""
 
-    out_dir: str = "models/transformer"  # checkpoints and the final model.pt
+    out_dir: str = "models/transformer"  # checkpoints (`last.pt` continues a run)
+    model_file: str = "models/transformer/model.pt"  # the final model the later stages read: in out_dir
     log_csv: str = "reports/train_log.csv"  # one row per validation
     metrics_json: str = "reports/train_summary.json"  # numbers people compare (DVC metrics)
     facts_json: str = "reports/train_facts.json"  # device, versions, final-model choice
@@ -188,6 +189,12 @@ class TrainConfig(Section):
     optim: OptimConfig = OptimConfig(peak_lr=2e-3)
     dist: DistConfig = DistConfig()
     init_from: Literal["champion"] | None = None  # None: from scratch; the registered champion's weights
+
+    @model_validator(mode="after")
+    def _model_in_out_dir(self) -> TrainConfig:
+        if Path(self.model_file).parent != Path(self.out_dir):
+            raise ValueError(f"model_file {self.model_file} is not directly in out_dir {self.out_dir}")
+        return self
 
 
 class MlflowConfig(Section):
@@ -201,13 +208,46 @@ class MlflowConfig(Section):
 
 
 class DecodeConfig(Section):
-    """Stage `decode`: beam search (Wu et al. 2016 length penalty)."""
+    """Beam search (Wu et al. 2016 length penalty), and stage `decode`'s files.
+
+    The search settings (`settings()`) are what every decoder takes and what the served model logs;
+    `PATHS` name the decode stage's inputs and outputs.
+    """
+
+    PATHS: ClassVar[tuple[str, ...]] = (
+        "time_machine_tsv", "robustness_tsv", "translations_dir", "time_machine_md", "robustness_json",
+        "robustness_failures_json",
+    )  # fmt: skip
 
     beam_size: int = Field(default=5, gt=0, le=MAX_BEAM_SIZE)
     length_penalty: float = Field(default=2.2, ge=0.0)
     max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
     max_len_b: int = Field(default=10, ge=1)
     batch_size: int = Field(default=64, gt=0)  # sentences per batch
+    time_machine_tsv: str = "data/time_machine.tsv"  # the tutorial's 20 sentences and its German
+    robustness_tsv: str = "data/robustness.tsv"  # inputs and the properties their output must keep
+    translations_dir: str = "reports/translations"  # <split>.hyp.<tgt_lang>, one line per sentence
+    time_machine_md: str = "reports/time_machine.md"  # the tutorial's outputs beside ours
+    robustness_json: str = "reports/robustness.json"  # numbers: passed, total, upper-cased BLEU
+    robustness_failures_json: str = "reports/robustness_failures.json"  # the inputs that failed
+
+    def settings(self) -> dict:
+        """The search settings alone (no paths): what a decoder and the served model take."""
+        return self.model_dump(exclude=set(self.PATHS))
+
+
+class ScoreConfig(Section):
+    """Stage `score`: sacreBLEU of `decode`'s translations."""
+
+    scores_dir: str = "reports"  # <split>.json: numbers only (DVC metrics)
+    facts_json: str = "reports/score_facts.json"  # the sacreBLEU signatures
+
+
+class ReportConfig(Section):
+    """Stage `report`: the results page and its figures."""
+
+    page_md: str = "reports/README.md"
+    figures_dir: str = "reports/figures"
 
 
 class ServeConfig(Section):
@@ -251,6 +291,8 @@ class Params(Section):
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+    score: ScoreConfig = ScoreConfig()
+    report: ReportConfig = ReportConfig()
     serve: ServeConfig = ServeConfig()
     mlflow: MlflowConfig = MlflowConfig()
     promotion: PromotionConfig = PromotionConfig()

@@ -14,6 +14,9 @@ and Czech targets the same processing runs with Moses' rules for that language (
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
 
@@ -112,3 +115,35 @@ def split_scores(
 def sentence_chrf(hyp: str, ref: str) -> float:
     """chrF (0-100) of one hypothesis against one reference."""
     return CHRF().sentence_score(hyp, [ref]).score
+
+
+LENGTH_BUCKETS = (("≤10", 0, 10), ("11–15", 11, 15), ("16–20", 16, 20), (">20", 21, math.inf))
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One source-length bucket: its name, sentence count, sacreBLEU (None when empty), signature."""
+
+    name: str
+    count: int
+    bleu: float | None
+    signature: str | None
+
+
+def bleu_by_length(en: Sequence[str], hyps: Sequence[str], refs: Sequence[str]) -> list[Bucket]:
+    """Corpus BLEU on each `LENGTH_BUCKETS` subset, bucketed by English word count (whitespace split).
+
+    Raises:
+        DataError: the three lists differ in length.
+    """
+    if not len(en) == len(hyps) == len(refs):
+        raise DataError(f"{len(en)} sources, {len(hyps)} hypotheses, {len(refs)} references")
+    buckets = []
+    for name, low, high in LENGTH_BUCKETS:
+        rows = [i for i, s in enumerate(en) if low <= len(s.split()) <= high]
+        if not rows:
+            buckets.append(Bucket(name, 0, None, None))
+            continue
+        s = score([hyps[i] for i in rows], [refs[i] for i in rows])
+        buckets.append(Bucket(name, len(rows), float(s["bleu"]), str(s["bleu_signature"])))
+    return buckets

@@ -2,8 +2,9 @@
 
 `download.tgt_lang` picks the target; English is always the source. Per language: its name, the
 number words two..ten that `pipeline.data.placeholders.protect_pair` turns into placeholders (an
-entry may list inflected forms, `a|b`), the Multi30k splits published without it, and whether the
-seed's time-machine outputs (German only) can be compared with ours. Moses rules (sacremoses) and
+entry may list inflected forms, `a|b`), how it writes an ordinal number (what translation puts in
+place of an English `3rd`), the Multi30k splits published without it, and whether the tutorial's
+time-machine outputs (German only) can be compared with ours. Moses rules (sacremoses) and
 SentencePiece need only the code.
 """
 
@@ -20,7 +21,12 @@ class Language:
     name: str
     number_words: tuple[str, ...]  # two .. ten, lower case; "a|b" = either form
     missing_splits: tuple[str, ...] = ()  # Multi30k splits never published in this language
-    time_machine: bool = False  # the seed's time-machine outputs are in this language
+    time_machine: bool = False  # the tutorial's time-machine outputs are in this language
+    ordinal: str = "{n}."  # an ordinal number `n` as written in this language (as a target)
+
+    def ordinal_form(self, number: str) -> str:
+        """The ordinal of the digits `number` as this language writes it: `3` -> `3.` (de, cs), `3e` (fr)."""
+        return self.ordinal.format(n=number)
 
 
 SOURCE = Language("en", "English", ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"))
@@ -31,7 +37,12 @@ TARGETS = {
         ("zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"),
         time_machine=True,
     ),
-    "fr": Language("fr", "French", ("deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix")),
+    "fr": Language(
+        "fr",
+        "French",
+        ("deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix"),
+        ordinal="{n}e",  # 3e; also 1e, as the usual 1er / 1re depends on the noun's gender
+    ),
     "cs": Language(
         "cs",
         "Czech",

@@ -2,7 +2,7 @@
 into training pairs so the model learns to copy what they stand for.
 
 A placeholder (｟1｠ .. ｟9｠) is one SentencePiece user-defined symbol, untouched by its NFKC
-normalisation. At translation time `pipeline.serving.textproc.protect` replaces numbers, links and
+normalisation. At translation time `pipeline.serving.protection.protect` replaces numbers, links and
 unrepresentable runs with them and puts the spans back afterwards; in training, digit spans shared
 by both sides and some number words become the same placeholders on both sides.
 """

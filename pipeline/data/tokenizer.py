@@ -2,7 +2,7 @@
 
 Special ids are fixed across the project: pad=0, unk=1, bos=2, eos=3. `encode` adds neither bos
 nor eos; the model code adds them where needed. The placeholders of protected spans
-(`pipeline.serving.textproc.PLACEHOLDERS`, ｟1｠..｟9｠) are user-defined symbols: one piece each (ids 4..12),
+(`pipeline.data.placeholders.PLACEHOLDERS`, ｟1｠..｟9｠) are user-defined symbols: one piece each (ids 4..12),
 never split and left alone by SentencePiece's NFKC normalisation, so `decode(encode(x)) == x`.
 """
 
@@ -100,7 +100,7 @@ def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: Tokenize
 def write_source_words(sentences: Iterable[str], out_dir: str | Path) -> Path:
     """Write `<out_dir>/source_words.txt`: every word (`WORD_RE`) of the English training
     `sentences`, lower-cased, sorted, one per line. Translation protects capitalised words not in
-    it as names (`pipeline.serving.textproc`). Returns the file's path."""
+    it as names (`pipeline.serving.spans`). Returns the file's path."""
     words = sorted({w.lower() for s in sentences for w in WORD_RE.findall(s)})
     path = Path(out_dir) / SOURCE_WORDS
     write_text(path, "".join(f"{w}\n" for w in words))

@@ -33,7 +33,6 @@ from pipeline.serving.translator import (
     translate_lines_n_best,
 )
 from pipeline.tracking.runs import repo_root
-from pipeline.training.checkpoint import FINAL_MODEL
 
 REPO = repo_root()
 DEFAULT_PARAMS = REPO / "params.yaml"
@@ -60,8 +59,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-best", type=int, default=None,
                    help="print the K best per input: K lines '<input line>\\t<rank>\\t<score>\\t<translation>'")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
-    p.add_argument("--engine", choices=["ours", "ctranslate2"], default="ours",
-                   help="our beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
+    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
+                   help="our PyTorch beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
     p.add_argument(
         "--ct2-dir", type=Path, default=DEFAULT_CT2, help="the CTranslate2 export (--engine ctranslate2)"
     )
@@ -167,8 +166,8 @@ def spm_path(args: argparse.Namespace, params: Params) -> Path:
 
 
 def checkpoint_path(args: argparse.Namespace, params: Params) -> Path:
-    """--checkpoint, else the final model in params' train.out_dir (relative to the params file's folder)."""
-    return args.checkpoint or args.params.resolve().parent / params.train.out_dir / FINAL_MODEL
+    """--checkpoint, else params' train.model_file (relative to the params file's folder)."""
+    return args.checkpoint or args.params.resolve().parent / params.train.model_file
 
 
 def run_device(args: argparse.Namespace) -> torch.device:
@@ -201,11 +200,11 @@ def outputs(
 def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engine:
     """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --attention), on `device`."""
     spm = spm_path(args, params)
-    if args.engine == "ours":
+    if args.engine == "torch":
         return load_translator(checkpoint_path(args, params), spm, device)
     if args.attention is not None:
         raise ConfigError(
-            "--engine ctranslate2: --attention needs --engine ours (it draws our model's attention)"
+            "--engine ctranslate2: --attention needs --engine torch (it draws our model's attention)"
         )
     try:
         return load_ct2_translator(args.ct2_dir, spm, args.compute_type, device.type)
@@ -234,7 +233,7 @@ def run(args: argparse.Namespace) -> Iterator[str]:
         if first is None:
             raise PipelineError("--attention: no non-empty sentence to draw")
         from pipeline.model.attention_maps import attention_map
-        from pipeline.ops.report import plot_attention
+        from pipeline.ops.report.figures import plot_attention
 
         amap = attention_map(engine.model, engine.tokenizer, *first)
         plot_attention(amap, f"{first[0]}\n{first[1]}", args.attention)

@@ -31,25 +31,23 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.core.config import Params, load_params
+from pipeline.core.config import DecodeConfig, Params, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
 from pipeline.data.multi30k import load_corpus
-from pipeline.data.translations import translation_path
+from pipeline.data.translations import scores_path, translation_path
 from pipeline.ops.promotion import paired_bootstrap
 from pipeline.tracking.runs import flatten
 
 RECORD = Path("reports/experiments.jsonl")
 HYPS_DIR = Path("reports/study")
 TABLE = Path("reports/experiments.md")
-SCORES_DIR = Path("reports")  # `score`'s <split>.json (dvc.yaml passes it on the command line)
-TRANSLATIONS_DIR = Path("reports/translations")  # `decode`'s output folder (dvc.yaml, likewise)
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
 RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
 BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "train.optim.max_minutes", "train.optim.device", "train.optim.precision", "train.optim.threads",
-    "tokenizer.out_dir", "decode.batch_size",
+    "tokenizer.out_dir", "decode.batch_size", *(f"decode.{name}" for name in DecodeConfig.PATHS),
 }  # fmt: skip
 
 
@@ -101,11 +99,12 @@ def recipe(params: dict) -> dict:
     return {k: v for k, v in sorted(params.items()) if k.startswith(RECIPE_PREFIXES) and k not in BOOKKEEPING}
 
 
-def entry(name: str, rev: str, base: str, data: dict, facts: dict, summary_json: str) -> dict:
-    """The record line of one finished experiment (`summary_json`: its `train.metrics_json`)."""
+def entry(name: str, rev: str, base: str, data: dict, facts: dict, summary_json: str, val_json: str) -> dict:
+    """The record line of one finished experiment (`summary_json`: its `train.metrics_json`;
+    `val_json`: its val scores, `<score.scores_dir>/val.json`)."""
     params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
     metrics = {file: flatten(m.get("data", {})) for file, m in data.get("metrics", {}).items()}
-    summary, val = metrics.get(summary_json, {}), metrics.get(str(SCORES_DIR / "val.json"), {})
+    summary, val = metrics.get(summary_json, {}), metrics.get(val_json, {})
     out = {"name": name, "commit": rev, "baseline_commit": base}
     out |= {field: summary.get(field) for field in SUMMARY_FIELDS}
     out |= {field: val.get(key) for field, key in VAL_FIELDS.items()}
@@ -157,10 +156,11 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
     lang = params.download.tgt_lang
     rev, base, data = find_experiment(exp_show(["--all-commits"]), name)
     facts = json.loads(git_file(rev, params.train.facts_json) or "{}")
-    hyps = git_file(rev, str(translation_path(TRANSLATIONS_DIR, "val", lang)))
+    hyps = git_file(rev, str(translation_path(Path(params.decode.translations_dir), "val", lang)))
     if hyps is None:
         raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
-    row = entry(name, rev, base, data, facts, params.train.metrics_json) | {
+    val_json = str(scores_path(Path(params.score.scores_dir), "val"))
+    row = entry(name, rev, base, data, facts, params.train.metrics_json, val_json) | {
         "val_curve": val_curve(git_file(rev, params.train.log_csv)),
         "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
         "recorded_on": platform.node(),

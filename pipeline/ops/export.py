@@ -1,8 +1,9 @@
 """Export the trained model to CTranslate2 (`pipeline.serving.ct2`), optionally registering the
 export as an MLflow model.
 
-    python -m pipeline.ops.export ctranslate2 --checkpoint models/transformer/model.pt \\
-        --spm models/spm/spm.model --out models/ct2 [--register]
+    python -m pipeline.ops.export ctranslate2 [--checkpoint CKPT] [--spm SPM] [--out models/ct2] [--register]
+
+CKPT and SPM default to params.yaml's `train.model_file` and tokenizer.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 
 from pipeline.core.config import load_params
 from pipeline.core.errors import ConfigError, run_main
+from pipeline.data.tokenizer import model_file
 from pipeline.serving.ct2 import export_ctranslate2
 from pipeline.serving.pyfunc import log_translator
-from pipeline.serving.translator import load_translator as load_ours
+from pipeline.serving.translator import load_translator
 from pipeline.tracking.runs import read_run_id
 
 
@@ -24,13 +26,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m pipeline.ops.export", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="engine", required=True)
     ct2 = sub.add_parser("ctranslate2", help="write a CTranslate2 model directory")
-    ct2.add_argument("--checkpoint", type=Path, default=Path("models/transformer/model.pt"))
-    ct2.add_argument("--spm", type=Path, default=Path("models/spm/spm.model"), help="the SentencePiece model")
+    ct2.add_argument("--checkpoint", type=Path, help="the model (default: params.yaml's train.model_file)")
+    ct2.add_argument("--spm", type=Path, help="the SentencePiece model (default: params.yaml's tokenizer)")
     ct2.add_argument("--out", default="models/ct2", help="output directory (replaced)")
     ct2.add_argument("--register", action="store_true",
                      help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)")  # fmt: skip
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    loaded = load_ours(args.checkpoint, args.spm)  # checked against the tokenizer
+    if args.checkpoint is None or args.spm is None:
+        params = load_params()
+        args.checkpoint = args.checkpoint or Path(params.train.model_file)
+        args.spm = args.spm or model_file(params.tokenizer.out_dir)
+    loaded = load_translator(args.checkpoint, args.spm)  # checked against the tokenizer
     out = export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     print(f"export: wrote {out} (CTranslate2, fp32; choose int8 with compute_type when loading)")
     if args.register:
@@ -43,7 +49,7 @@ def register(checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
     run_id = read_run_id(Path(params.train.run_id_file))
     if not run_id:
         raise ConfigError(f"{params.train.run_id_file}: no MLflow run id (is mlflow.enabled true?)")
-    config = params.decode.model_dump() | {"max_len": params.train.max_len, "compute_type": "int8"}
+    config = params.decode.settings() | {"max_len": params.train.max_len, "compute_type": "int8"}
     config |= params.serve.model_dump()  # the request limits, as decode logs them
     version = log_translator(run_id, checkpoint, spm, config, params.mlflow.model_name, ct2_dir)
     print(f"export: MLflow model {params.mlflow.model_name} v{version} (alias ctranslate2)")

@@ -38,14 +38,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
 # Prefect's ephemeral server can take longer than its default to start on a cold, busy machine.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 
 from pipeline.core.errors import PipelineError, run_main  # noqa: E402
+from pipeline.ops.dag import read_dag  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_STAGE = "download"
@@ -53,8 +52,12 @@ LOCK_FILE = ".dvc/tmp/flow.lock"  # in the repository (Git-ignored): held by the
 
 
 def stage_names(repo: Path) -> list[str]:
-    """The stages of `repo/dvc.yaml` in file order (which is DAG order; a test checks it)."""
-    return list(yaml.safe_load((repo / "dvc.yaml").read_text())["stages"])
+    """The stages of `repo/dvc.yaml` in DAG order (`pipeline.ops.dag`).
+
+    Raises:
+        ConfigError: dvc.yaml is missing or malformed, or names a param that params.yaml lacks.
+    """
+    return list(read_dag(repo))
 
 
 def tail(text: str, lines: int = 15) -> str:

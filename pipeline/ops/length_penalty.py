@@ -75,7 +75,7 @@ def experiment_model(name: str, params: Params, out: Path) -> tuple[Path, Path]:
     """
     from dvc.api import DVCFileSystem
 
-    model = Path(params.train.out_dir) / "model.pt"
+    model = Path(params.train.model_file)
     try:
         fs = DVCFileSystem(".", rev=name)
         fs.get(params.tokenizer.out_dir, str(out / "spm"), recursive=True)

@@ -1,7 +1,7 @@
 """Promotion of the `candidate` model to `champion` by a paired significance test, and rollback.
 
 A difference of 0.01 BLEU must not win: the candidate's and the champion's val translations (the
-`reports/translations/val.hyp.de` artifact `decode` logs to each version's MLflow run) are compared
+`val.hyp.de` artifact `decode` logs to each version's MLflow run) are compared
 with sacreBLEU's paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for
 Machine Translation Evaluation"; `sacrebleu.significance.PairedTest`, the test behind
 `sacrebleu --paired-bs`, seeded by env SACREBLEU_SEED, default 12345). `champion` moves only when
@@ -24,7 +24,6 @@ from pipeline.core.config import PromotionConfig
 from pipeline.core.errors import PipelineError
 from pipeline.tracking import runs as tracking
 
-TRANSLATIONS = "reports/translations/{split}.hyp.{lang}"  # the artifact stages/decode.py logs
 REPLACED_TAG = "promotion.replaced"
 ROLLED_BACK_TAG = "rollback.replaced_by"
 DEFAULTS = PromotionConfig()
@@ -70,7 +69,7 @@ def run_translations(run_id: str, split: str = "val", lang: str = "de") -> list[
     """
     import mlflow
 
-    artifact = TRANSLATIONS.format(split=split, lang=lang)
+    artifact = f"{tracking.TRANSLATIONS_ARTIFACTS}/{split}.hyp.{lang}"  # what the decode stage logs
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = mlflow.artifacts.download_artifacts(

@@ -1,6 +1,6 @@
 """The robustness set: kinds of real input and the property each translation must keep.
 
-`tests/robustness.tsv` has the columns `input`, `sentences` (how many sentences the output must
+`data/robustness.tsv` (params `decode.robustness_tsv`) has the columns `input`, `sentences` (how many sentences the output must
 have), `verbatim` (spans that must appear verbatim in the output, separated by ` | `, or by
 ` > ` when they must also come in that order, as markup around the words it wraps; empty for
 none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
@@ -25,7 +25,7 @@ from pipeline.core.errors import DataError
 from pipeline.core.io import write_json
 from pipeline.core.metrics import score
 from pipeline.serving.engine import Engine
-from pipeline.serving.textproc import MAX_RUN
+from pipeline.serving.repeats import MAX_RUN
 from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines, translate_sentences
 
 HEADER = ["input", "sentences", "verbatim", "case"]

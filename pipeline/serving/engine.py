@@ -1,5 +1,5 @@
 """The one seam between the translation pipeline and a decoder: our Transformer
-(`pipeline.serving.ours.OursEngine`) or a CTranslate2 export (`pipeline.serving.ct2.Ct2Engine`).
+(`pipeline.serving.torch_engine.TorchEngine`) or a CTranslate2 export (`pipeline.serving.ct2.Ct2Engine`).
 
 An engine is loaded once, on one device, with the tokenizer it was trained with; everything above
 it (`pipeline.serving.translator`: sentences, protected spans, casing) is the same for both.

@@ -6,8 +6,8 @@ and special ids), `load_ct2_translator` the CTranslate2 engine; both are `pipeli
 chosen once. `translate_lines` takes raw lines: each is split into sentences, protected spans
 become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, sentences longer than the
 trained maximum are cut into chunks; all model inputs of all lines go to the engine together, then
-case, spans and lines are restored (see `pipeline.serving.textproc`). One output line per input
-line; an empty line stays empty.
+case, spans and lines are restored (`pipeline.serving.sentences`, `spans`, `protection`, `casing`,
+`repeats`). One output line per input line; an empty line stays empty.
 """
 
 from __future__ import annotations
@@ -22,11 +22,17 @@ import torch
 
 from pipeline.core.config import DecodeConfig, TrainConfig
 from pipeline.core.errors import CheckpointError
+from pipeline.data.languages import target
+from pipeline.data.placeholders import PLACEHOLDERS
 from pipeline.data.tokenizer import Tokenizer
-from pipeline.serving import textproc
+from pipeline.serving.casing import CaseForm, case_form, normalise_case, restore_case
 from pipeline.serving.ct2 import Ct2Engine, load_ct2, vocabulary_size
 from pipeline.serving.engine import Engine
-from pipeline.serving.ours import OursEngine
+from pipeline.serving.protection import missing_placeholders, protect, restore, translatable
+from pipeline.serving.repeats import collapse_punctuation, collapse_repeats
+from pipeline.serving.sentences import Part, clean, split_between_spans, split_long, split_sentences
+from pipeline.serving.spans import NameRule, Representable, Span, find_spans, foreign
+from pipeline.serving.torch_engine import TorchEngine
 from pipeline.training.checkpoint import load_model
 
 MAX_SRC_PIECES = TrainConfig().max_len  # source pieces the model saw at most (eos included)
@@ -34,7 +40,7 @@ MAX_SRC_PIECES = TrainConfig().max_len  # source pieces the model saw at most (e
 
 def load_translator(
     checkpoint: str | Path, spm_model: str | Path, device: str | torch.device = "cpu"
-) -> OursEngine:
+) -> TorchEngine:
     """Our engine: the checkpoint's model (eval mode, on `device`) and the SentencePiece model,
     checked against each other: same vocabulary size and pad/bos/eos ids.
 
@@ -50,7 +56,7 @@ def load_translator(
             f"{checkpoint}: special ids pad/bos/eos {ids} differ from the tokenizer's "
             f"{(tok.pad_id, tok.bos_id, tok.eos_id)}"
         )
-    return OursEngine(model, tok, str(device))
+    return TorchEngine(model, tok, str(device))
 
 
 def load_ct2_translator(
@@ -73,25 +79,27 @@ def load_ct2_translator(
 
 @dataclass
 class Sentence:
-    """One sentence of an input line: its text, its protected spans, its case and model inputs."""
+    """One sentence (or part of one) of an input line: its text, its protected spans, its case and
+    model inputs."""
 
     line: int
     text: str
-    spans: list[str]
-    form: textproc.CaseForm
+    spans: tuple[Span, ...]
+    form: CaseForm
     inputs: list[str]  # [] = nothing translatable: the sentence comes back unchanged
     continues: bool = False  # a further part of a sentence with more spans than placeholders
+    spaced: bool = True  # a space separates it from the part before (when it `continues`)
 
 
-def _representable(tok: Tokenizer) -> textproc.Representable:
+def _representable(tok: Tokenizer) -> Representable:
     @functools.cache
     def check(ch: str) -> bool:
-        return not textproc.foreign(ch) and tok.unk_id not in tok.encode(ch)
+        return not foreign(ch) and tok.unk_id not in tok.encode(ch)
 
     return check
 
 
-def unseen_name(tok: Tokenizer) -> textproc.NameRule | None:
+def unseen_name(tok: Tokenizer) -> NameRule | None:
     """The name rule: a capitalised word the English training data never had (in any case) is a
     name, copied verbatim (`tok.source_words`; None, no rule, without that list)."""
     if tok.source_words is None:
@@ -100,45 +108,44 @@ def unseen_name(tok: Tokenizer) -> textproc.NameRule | None:
     return lambda word: word.lower() not in words
 
 
-def prepare(lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES) -> list[Sentence]:
-    """Split, protect, case-normalise and chunk every line's sentences (see module docstring)."""
-    representable, is_name = _representable(tok), unseen_name(tok)
+def prepare(
+    lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES, *, tgt_lang: str = "de"
+) -> list[Sentence]:
+    """Split, protect, case-normalise and chunk every line's sentences (see module docstring);
+    `tgt_lang` says how protected ordinals are written.
+
+    Raises:
+        KeyError: `tgt_lang` is not a target language.
+    """
+    language, representable, is_name = target(tgt_lang), _representable(tok), unseen_name(tok)
     limit = max(1, max_pieces - 1)  # eos takes one position
 
     def count(word: str) -> int:
         return len(tok.encode(word))
 
-    def find(text: str) -> list[tuple[int, int]]:
-        return textproc.find_spans(text, representable, is_name)
-
     sentences = []
     for number, line in enumerate(lines):
-        for text, continues in spans_grouped(textproc.split_sentences(textproc.clean(line)), find):
-            protected, spans = textproc.protect(text, representable, is_name)
-            if not textproc.translatable(protected):
-                sentences.append(Sentence(number, text, spans, "as_is", [], continues))
-                continue
-            form = textproc.case_form(protected)
-            inputs = textproc.split_long(textproc.normalise_case(protected, form), count, limit)
-            if len(inputs) > 1:
-                print(
-                    f"warning: line {number + 1}: a sentence longer than {limit} pieces is translated "
-                    f"in {len(inputs)} pieces",
-                    file=sys.stderr,
-                )
-            sentences.append(Sentence(number, text, spans, form, inputs, continues))
+        for text in split_sentences(clean(line)):
+            found = find_spans(text, representable, is_name, language)
+            for part in split_between_spans(text, found, len(PLACEHOLDERS)):
+                sentences.append(_prepare_part(number, part, count, limit))
     return sentences
 
 
-def spans_grouped(
-    sentences: list[str], find: Callable[[str], list[tuple[int, int]]]
-) -> list[tuple[str, bool]]:
-    """(part, whether it continues the previous sentence) for `sentences`, each one that holds more
-    protected spans (`find(sentence)`) than there are placeholders cut between spans into parts of
-    at most `len(PLACEHOLDERS)`, each translated on its own, so no span is left to the model."""
-    limit = len(textproc.PLACEHOLDERS)
-    grouped = [textproc.split_between_spans(s, find(s), limit) for s in sentences]
-    return [(part, i > 0) for parts in grouped for i, part in enumerate(parts)]
+def _prepare_part(number: int, part: Part, count: Callable[[str], int], limit: int) -> Sentence:
+    """The `Sentence` of one part of line `number`: protected, case-normalised, chunked to `limit` pieces."""
+    protected = protect(part.text, part.spans)
+    if not translatable(protected):
+        return Sentence(number, part.text, part.spans, "as_is", [], part.continues, part.spaced)
+    form = case_form(protected)
+    inputs = split_long(normalise_case(protected, form), count, limit)
+    if len(inputs) > 1:
+        print(
+            f"warning: line {number + 1}: a sentence longer than {limit} pieces is translated "
+            f"in {len(inputs)} pieces",
+            file=sys.stderr,
+        )
+    return Sentence(number, part.text, part.spans, form, inputs, part.continues, part.spaced)
 
 
 def finish(sentence: Sentence, outputs: list[str]) -> str:
@@ -146,9 +153,22 @@ def finish(sentence: Sentence, outputs: list[str]) -> str:
     restored (an untranslatable sentence is returned unchanged)."""
     if not sentence.inputs:
         return sentence.text
-    german = textproc.collapse_repeats(" ".join(o for o in outputs if o))
-    german = textproc.collapse_punctuation(german, sentence.text)
-    return textproc.restore(textproc.restore_case(german, sentence.form), sentence.spans)
+    output = collapse_repeats(" ".join(o for o in outputs if o))
+    output = collapse_punctuation(output, sentence.text)
+    return restore(restore_case(output, sentence.form), sentence.spans)
+
+
+def _by_line(sentences: list[Sentence], texts: list[str], n_lines: int) -> list[list[str]]:
+    """Each line's sentence translations, `texts[i]` being `sentences[i]`'s; the parts of a sentence
+    joined into one."""
+    per_line: list[list[str]] = [[] for _ in range(n_lines)]
+    for s, text in zip(sentences, texts, strict=True):
+        done = per_line[s.line]
+        if s.continues:
+            done[-1] += (" " if s.spaced else "") + text
+        else:
+            done.append(text)
+    return per_line
 
 
 def translate_sentences(
@@ -158,26 +178,26 @@ def translate_sentences(
     *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
+    tgt_lang: str = "de",
 ) -> list[list[str]]:
     """Each line's translated sentences (a list per line, [] for a blank line), all model inputs
-    decoded in one `engine.translate` call. Dropped placeholders are counted in one stderr warning."""
-    sentences = prepare(lines, engine.tokenizer, max_pieces)
+    decoded in one `engine.translate` call; `tgt_lang` says how protected ordinals are written.
+    Dropped placeholders are counted in one stderr warning.
+
+    Raises:
+        KeyError: `tgt_lang` is not a target language.
+    """
+    sentences = prepare(lines, engine.tokenizer, max_pieces, tgt_lang=tgt_lang)
     flat = [text for s in sentences for text in s.inputs]
-    german = iter(engine.translate(flat, cfg, progress))
-    per_line: list[list[str]] = [[] for _ in lines]
-    missing = 0
+    outputs = iter(engine.translate(flat, cfg, progress))
+    texts, missing = [], 0
     for s in sentences:
-        outputs = [next(german) for _ in s.inputs]
-        missing += textproc.missing_placeholders(" ".join(outputs), len(s.spans)) if s.inputs else 0
-        done = per_line[s.line]
-        text = finish(s, outputs)
-        if s.continues:
-            done[-1] = f"{done[-1]} {text}"
-        else:
-            done.append(text)
+        mine = [next(outputs) for _ in s.inputs]
+        missing += missing_placeholders(" ".join(mine), len(s.spans)) if s.inputs else 0
+        texts.append(finish(s, mine))
     if missing:
         print(f"warning: {missing} protected span(s) dropped by the model were appended", file=sys.stderr)
-    return per_line
+    return _by_line(sentences, texts, len(lines))
 
 
 def translate_lines(
@@ -187,14 +207,28 @@ def translate_lines(
     *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
+    tgt_lang: str = "de",
 ) -> list[str]:
-    """One translated line per input line (sentences re-joined with a space; blank -> "")."""
-    per_line = translate_sentences(engine, lines, cfg, progress=progress, max_pieces=max_pieces)
+    """One translated line per input line (sentences re-joined with a space; blank -> "");
+    `tgt_lang` says how protected ordinals are written.
+
+    Raises:
+        KeyError: `tgt_lang` is not a target language.
+    """
+    per_line = translate_sentences(
+        engine, lines, cfg, progress=progress, max_pieces=max_pieces, tgt_lang=tgt_lang
+    )
     return [" ".join(sentences) for sentences in per_line]
 
 
 def translate_lines_n_best(
-    engine: Engine, lines: list[str], cfg: DecodeConfig, n_best: int, *, max_pieces: int = MAX_SRC_PIECES
+    engine: Engine,
+    lines: list[str],
+    cfg: DecodeConfig,
+    n_best: int,
+    *,
+    max_pieces: int = MAX_SRC_PIECES,
+    tgt_lang: str = "de",
 ) -> list[list[tuple[str, float]]]:
     """The `n_best` best translated lines of each input line as (text, length-normalised log-prob),
     best first, with the same processing as `translate_lines`: exactly `n_best` entries per line.
@@ -205,8 +239,9 @@ def translate_lines_n_best(
 
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.
+        KeyError: `tgt_lang` is not a target language.
     """
-    sentences = prepare(lines, engine.tokenizer, max_pieces)
+    sentences = prepare(lines, engine.tokenizer, max_pieces, tgt_lang=tgt_lang)
     flat = [text for s in sentences for text in s.inputs]
     results = iter(engine.n_best(flat, cfg, n_best))
     per_line: list[list[tuple[Sentence, list[list[tuple[str, float]]]]]] = [[] for _ in lines]
@@ -215,13 +250,20 @@ def translate_lines_n_best(
     out = []
     for parts in per_line:
         if not any(s.inputs for s, _ in parts):
-            out.append([(" ".join(finish(s, []) for s, _ in parts), 0.0)] * n_best)
+            out.append([(_line_text([(s, finish(s, [])) for s, _ in parts]), 0.0)] * n_best)
             continue
         entries = []
         for k in range(n_best):
             kth = [(s, [r[min(k, len(r) - 1)] for r in chunks]) for s, chunks in parts]
             scores = [score for _, picked in kth for _, score in picked]
-            text = " ".join(finish(s, [text for text, _ in picked]) for s, picked in kth)
+            text = _line_text([(s, finish(s, [text for text, _ in picked])) for s, picked in kth])
             entries.append((text, sum(scores) / len(scores)))
         out.append(entries)
     return out
+
+
+def _line_text(done: list[tuple[Sentence, str]]) -> str:
+    """One line's translation from its sentences' (and their parts') translations, in order."""
+    return "".join(
+        ("" if i == 0 or (s.continues and not s.spaced) else " ") + text for i, (s, text) in enumerate(done)
+    )

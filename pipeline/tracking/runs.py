@@ -118,6 +118,7 @@ def git_tags(cwd: str | Path = ".") -> dict[str, str]:
     return {MLFLOW_GIT_COMMIT: git_commit(cwd)} | ({MLFLOW_GIT_BRANCH: branch} if branch else {})
 
 
+TRANSLATIONS_ARTIFACTS = "reports/translations"  # the run's artifact folder of `decode`'s translations
 DVC_EXP_NAME = "DVC_EXP_NAME"  # set by `dvc exp run` for its stages: the experiment's name
 
 

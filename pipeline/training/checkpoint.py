@@ -35,7 +35,6 @@ from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 
-FINAL_MODEL = "model.pt"  # in the checkpoint folder: the final weights the stages after `train` read
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
 TOKENIZER_KEY = "spm_sha256"  # optional: the SHA-256 of the spm.model the weights were trained with
 

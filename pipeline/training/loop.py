@@ -117,7 +117,7 @@ def train(
         for stale in remove_stale_temps(out_dir):
             print(f"removed {stale}: a temp file left by an interrupted checkpoint write")
     model.to(run.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = make_optimizer(model, cfg)
     identity = run_identity(model, cfg, run)
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
     saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema)
@@ -179,6 +179,12 @@ def train(
     if world.is_main:
         write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
     return progress
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
+    """The trainer's optimizer over `model`'s parameters: Adam with β1 = 0.9, β2 = 0.98 and ε = 1e-9
+    (Vaswani et al. 2017, §5.3), starting at `cfg.peak_lr` (the schedule sets each step's rate)."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
 
 
 def train_step(
@@ -339,13 +345,15 @@ def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | No
     return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]
 
 
-def finish(model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext):
+def save_final_model(
+    model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext
+):
     """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
-    as `out_dir/model.pt` (with the tokenizer's fingerprint) and track it. Returns (metrics, facts)
+    as `cfg.model_file` (with the tokenizer's fingerprint) and track it. Returns (metrics, facts)
     for the stage to write."""
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
-    checkpoint.save(run.out_dir / checkpoint.FINAL_MODEL, state, run.spm_sha256)
-    run.tracker.log_artifact(run.out_dir / checkpoint.FINAL_MODEL, "model")
+    checkpoint.save(cfg.model_file, state, run.spm_sha256)
+    run.tracker.log_artifact(Path(cfg.model_file), "model")
     metrics = summary(progress) | {
         "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
         "parameters": sum(p.numel() for p in model.parameters()),

@@ -1,5 +1,5 @@
-"""Our engine: batched translation of sentences with our Transformer (encode, sort longest first,
-decode in batches with greedy or beam search, detokenise, in the input order)."""
+"""The PyTorch engine (`TorchEngine`): batched translation of sentences with our Transformer (encode,
+sort longest first, decode in batches with greedy or beam search, detokenise, in the input order)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def translate_n_best(
 
 
 @dataclass
-class OursEngine:
+class TorchEngine:
     """Our Transformer (eval mode, on `device`) and its tokenizer, as an `Engine`."""
 
     model: Transformer

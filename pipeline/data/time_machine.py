@@ -1,0 +1,128 @@
+"""The "time machine": the 20 English sentences of the tutorial this project re-implements (chapter
+50, "Full Transformer from Scratch"), with the tutorial's own German outputs, kept in
+`data/time_machine.tsv` (`en<TAB>tutorial_de`; params `decode.time_machine_tsv`). The name is the
+tutorial's: it runs the sentences "through the time machine" of a model trained ahead of time.
+
+The decode stage translates them (`TIME_MACHINE`: their file name among the translations) and writes
+one Markdown table (`markdown`): each sentence, ours, the tutorial's German, and the sentence chrF of
+ours against it, as is and written the tutorial's way (`tutorial_style`). The tutorial's outputs are
+German, so other target languages get `not_german` instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.config import DecodeConfig
+from pipeline.core.errors import DataError
+from pipeline.core.metrics import sentence_chrf
+
+TIME_MACHINE = "time_machine"  # `<translations_dir>/time_machine.hyp.<lang>`: our outputs
+HEADER = ["en", "tutorial_de"]
+TITLE = "# Time machine: the tutorial's 20 sentences"
+UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "Ä": "Ae", "Ö": "Oe", "Ü": "Ue", "ß": "ss"})
+
+
+def detokenize_en(text: str) -> str:
+    """Undo the tutorial's space tokenisation as Multi30k's raw text has it: "park ." -> "park."."""
+    return re.sub(r" +([.,!?;:])", r"\1", text)
+
+
+def read(path: Path) -> tuple[list[str], list[str]]:
+    """The tutorial's English sentences (detokenised, see `detokenize_en`) and its German outputs
+    from an `en<TAB>tutorial_de` TSV.
+
+    Raises:
+        DataError: the file is missing, lacks the header, or a row has not two fields.
+    """
+    if not Path(path).is_file():
+        raise DataError(f"{path}: time-machine sentences not found")
+    header, *rows = [line.split("\t") for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    if header != HEADER:
+        raise DataError(f"{path}: header must be {'<TAB>'.join(HEADER)}, got {header}")
+    for number, row in enumerate(rows, start=2):
+        if len(row) != 2:
+            raise DataError(f"{path}: line {number}: expected 2 tab-separated fields, got {len(row)}")
+    return [detokenize_en(en) for en, _ in rows], [de for _, de in rows]
+
+
+def tutorial_style(text: str) -> str:
+    """Our German written as the tutorial writes it, for a fairer chrF: umlauts/ß as ae/oe/ue/ss and
+    a space before final punctuation ("im Park." -> "im Park .")."""
+    return re.sub(r"(?<! )([.,!?;:])", r" \1", text.translate(UMLAUTS))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sentence: chrF of ours against the tutorial's, as is and in the tutorial's style."""
+
+    en: str
+    ours: str
+    tutorial: str
+    chrf: float
+    chrf_tutorial_style: float
+
+
+def rows(en: Sequence[str], ours: Sequence[str], tutorial: Sequence[str]) -> list[Row]:
+    """Sentence chrF of our German against the tutorial's (as is, and ours in `tutorial_style`).
+
+    Raises:
+        ValueError: the three lists differ in length.
+    """
+    return [
+        Row(e, o, t, sentence_chrf(o, t), sentence_chrf(tutorial_style(o), t))
+        for e, o, t in zip(en, ours, tutorial, strict=True)
+    ]
+
+
+def mean_chrf(table: Sequence[Row]) -> tuple[float, float]:
+    """The mean sentence chrF (as is, in the tutorial's style); NaN for an empty table."""
+    n = len(table) or float("nan")
+    return sum(r.chrf for r in table) / n, sum(r.chrf_tutorial_style for r in table) / n
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(table: Sequence[Row], cfg: DecodeConfig) -> str:
+    """The time-machine page: #, English (as translated), ours, the tutorial's German, both chrF."""
+    lines = [
+        TITLE,
+        "",
+        f"Our model: beam {cfg.beam_size}, length penalty α = {cfg.length_penalty}. The tutorial's English",
+        'is space-tokenised ("in the park ."); Multi30k\'s raw text is not ("in the park."), so the space',
+        "before punctuation was removed before translating; the English column shows the text we",
+        "translated. The tutorial's German (its own pre-computed outputs) is shown verbatim:",
+        "space-tokenised, with umlauts written ae/oe/ue. chrF: sentence chrF of ours against it, as is",
+        "and with ours in the tutorial's style (ä→ae, ß→ss, a space before punctuation).",
+        "",
+        "| # | English | ours | tutorial's German | chrF | chrF (tutorial style) |",
+        "|---:|---|---|---|---:|---:|",
+    ]
+    for i, r in enumerate(table, start=1):
+        cells = [
+            _cell(r.en),
+            _cell(r.ours),
+            _cell(r.tutorial),
+            f"{r.chrf:.1f}",
+            f"{r.chrf_tutorial_style:.1f}",
+        ]
+        lines.append(f"| {i} | " + " | ".join(cells) + " |")
+    if table:
+        mean, mean_style = mean_chrf(table)
+        lines.append(f"| | mean | | | {mean:.1f} | {mean_style:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def not_german(lang: str) -> str:
+    """The time-machine page of a run that does not translate into German: the tutorial's outputs
+    are German, so there is nothing to compare with."""
+    return (
+        f"{TITLE}\n\n"
+        f"Not written: this run translates into {lang!r}, and the tutorial's outputs are German "
+        "(`download.tgt_lang: de` only).\n"
+    )

@@ -1,0 +1,129 @@
+"""A raw input line into the texts the model translates: cleaned, split into sentences, a sentence
+with more protected spans than placeholders cut into parts, an over-long one into chunks.
+
+sentencex (Wikimedia's rule-based segmenter, linear time) splits a line into sentences; it reads
+a copy of the line in which every pattern span (`pipeline.serving.spans`: numbers, URLs, e-mails,
+markup) is `SENTENCE_MASK`, so their dots and `?` never end a sentence, and its sentence
+boundaries are mapped back to the line. Each sentence is translated alone and the line re-joined
+with spaces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sentencex
+
+from pipeline.serving.spans import Span, find_spans
+
+# what sentencex reads in place of a span: a word with a digit and no letter, which it takes for
+# neither an abbreviation nor a sentence end (a bare `0` before a dot would read as a list number)
+SENTENCE_MASK = "#0#"
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A sentence, or a part of one, with at most as many protected spans as placeholders."""
+
+    text: str
+    spans: tuple[Span, ...]  # positions in `text`
+    continues: bool = False  # a further part of the sentence before
+    spaced: bool = True  # a space separates it from the part before (when it `continues`)
+
+
+def clean(line: str) -> str:
+    """`line` in Unicode NFC (a combining accent joins its letter: NFD `café` becomes `café`), with
+    control characters (NUL, escape, ...) removed and tabs as spaces."""
+    line = unicodedata.normalize("NFC", line).replace("\t", " ")
+    return CONTROL_RE.sub("", line)
+
+
+def split_sentences(line: str) -> list[str]:
+    """The sentences of one line (sentencex, English rules), stripped; [] for a blank line. URLs,
+    e-mail addresses, numbers and markup are masked while splitting, so their dots and `?` never
+    end a sentence. Linear in the line's length."""
+    if not line.strip():
+        return []
+    masked, origin = _masked(line)
+    bounds = sentencex.get_sentence_boundaries("en", masked)
+    sentences = (line[origin[b["start_index"]] : origin[b["end_index"]]].strip() for b in bounds)
+    return [s for s in sentences if s]
+
+
+def _masked(line: str) -> tuple[str, list[int]]:
+    """`line` with each pattern span replaced by `SENTENCE_MASK`, and for each position of that
+    copy (and its end) the position in `line` it comes from (a mask's: its span's start)."""
+    pieces, origin, last = [], [], 0
+    for span in find_spans(line):
+        pieces += [line[last : span.start], SENTENCE_MASK]
+        origin += [*range(last, span.start), *[span.start] * len(SENTENCE_MASK)]
+        last = span.end
+    pieces.append(line[last:])
+    origin += range(last, len(line) + 1)
+    return "".join(pieces), origin
+
+
+def split_between_spans(text: str, spans: Sequence[Span], limit: int) -> list[Part]:
+    """`text` cut into parts of at most `limit` of its `spans` (in order, positions in `text`), so
+    that each can be protected on its own. A part ends at the last space between its `limit`-th
+    span and the next (the last after a `,;:` if any), else in the latest gap between two of its
+    spans that has a space; where its spans touch without any space, right before the next span
+    (a part that is not `spaced`). Returns one part, `text`, when it holds at most `limit`.
+
+    Raises:
+        ValueError: `limit` below 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    parts: list[Part] = []
+    begin, first, spaced = 0, 0, True
+    while len(spans) - first > limit:
+        cut, nxt, space = _cut(text, spans, first, first + limit)
+        parts.append(_part(text, begin, cut, spans[first:nxt], bool(parts), spaced))
+        begin, first, spaced = cut, nxt, space
+    parts.append(_part(text, begin, len(text), spans[first:], bool(parts), spaced))
+    return parts
+
+
+def _cut(text: str, spans: Sequence[Span], first: int, last: int) -> tuple[int, int, bool]:
+    """Where the part from span `first` ends, holding spans `first`..`last - 1` or fewer: (the
+    position, the next part's first span, whether the cut is at a space)."""
+    for k in range(last, first, -1):
+        gap_start = spans[k - 1].end
+        gap = text[gap_start : spans[k].start]
+        after_mark = list(re.finditer(r"(?<=[,;:])\s", gap))
+        space = (after_mark or list(re.finditer(r"\s", gap)) or [None])[-1]  # the last such space
+        if space is not None:
+            return gap_start + space.start(), k, True
+    return spans[last].start, last, False
+
+
+def _part(text: str, begin: int, end: int, spans: Sequence[Span], continues: bool, spaced: bool) -> Part:
+    """The part `text[begin:end]`, stripped, with `spans` moved to its positions."""
+    raw = text[begin:end]
+    shift = begin + len(raw) - len(raw.lstrip())
+    moved = tuple(dataclasses.replace(s, start=s.start - shift, end=s.end - shift) for s in spans)
+    return Part(raw.strip(), moved, continues, spaced)
+
+
+def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:
+    """`text` cut at spaces into chunks of at most `limit` pieces (`count(word)` pieces per word),
+    preferring a cut after a word ending in `,;:` in the chunk's second half. A single word longer
+    than `limit` stays one chunk. Returns `[text]` when it fits."""
+    words = text.split()
+    sizes = [count(w) for w in words]
+    if sum(sizes) <= limit:
+        return [text]
+    chunks, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if total + size > limit and i > start:
+            cut = next((j + 1 for j in range(i - 1, (start + i) // 2, -1) if words[j][-1] in ",;:"), i)
+            chunks.append(" ".join(words[start:cut]))
+            start, total = cut, sum(sizes[cut:i])
+        total += size
+    return [*chunks, " ".join(words[start:])]

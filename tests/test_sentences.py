@@ -1,0 +1,90 @@
+"""A raw line into model inputs: cleaning, sentences, parts of at most nine spans, chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.config import DecodeConfig
+from pipeline.data.placeholders import PLACEHOLDERS
+from pipeline.serving.sentences import clean, split_between_spans, split_long, split_sentences
+from pipeline.serving.spans import find_spans
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_clean_composes_accents_and_drops_control_characters() -> None:
+    assert clean("cafe\u0301\x00 ok\tx\x1b") == "café ok x"
+
+
+def test_split_sentences_keeps_links_and_abbreviations() -> None:
+    assert split_sentences("A dog runs. Two men talk! See https://x.org/a?b=1. Mr. Li sings.") == [
+        "A dog runs.",
+        "Two men talk!",
+        "See https://x.org/a?b=1.",
+        "Mr. Li sings.",
+    ]
+    assert split_sentences("   ") == []
+
+
+def test_spans_never_end_a_sentence_and_come_back_whole() -> None:
+    line = "Pay $3.5. Mail a.b@example.org. 🙂 Ages 5-10. Meet at 5:30? Yes. It is 1. Ok #0#."
+    assert split_sentences(line) == [
+        "Pay $3.5.",
+        "Mail a.b@example.org.",
+        "🙂 Ages 5-10.",
+        "Meet at 5:30?",
+        "Yes.",
+        "It is 1.",
+        "Ok #0#.",
+    ]
+
+
+def test_robustness_table_sentence_counts() -> None:
+    from pipeline.ops.robustness import read_table
+
+    cases = read_table(REPO / DecodeConfig().robustness_tsv)
+    assert len(cases) >= 40
+    assert [len(split_sentences(c.text)) for c in cases] == [c.sentences for c in cases]
+
+
+def test_split_long_prefers_punctuation() -> None:
+    assert split_long("a b c d, e f g h, i j", lambda w: 1, 5) == ["a b c d,", "e f g h,", "i j"]
+    assert split_long("a b c d e f g", lambda w: 1, 3) == ["a b c", "d e f", "g"]
+    assert split_long("a b", lambda w: 1, 5) == ["a b"]
+
+
+def test_a_long_span_list_is_cut_between_spans_never_inside_one() -> None:
+    text = (
+        "Call +49 30 1234567, " + ", ".join(f"{n} cats" for n in range(10, 20)) + " and <a href='x y'>me</a>."
+    )
+    parts = split_between_spans(text, find_spans(text), len(PLACEHOLDERS))
+    assert [len(p.spans) for p in parts] == [9, 4]
+    assert " ".join(p.text for p in parts) == text and "+49 30 1234567" in parts[0].text
+    assert parts[0].text.endswith("17 cats,")  # the last space after a comma
+    assert [(p.continues, p.spaced) for p in parts] == [(False, True), (True, True)]
+    for part in parts:
+        assert [s.text for s in part.spans] == [s.text for s in find_spans(part.text)]
+        assert all(part.text[s.start : s.end] == s.text for s in part.spans)
+    assert [p.text for p in split_between_spans("A 1 b.", find_spans("A 1 b."), 9)] == ["A 1 b."]
+
+
+def test_spans_that_touch_are_cut_without_a_space() -> None:
+    text = "".join(f"<b>{n}</b>" for n in range(1, 5)) + " dogs"  # twelve spans, no space between
+    parts = split_between_spans(text, find_spans(text), 9)
+    assert [len(p.spans) for p in parts] == [9, 3]
+    assert [(p.continues, p.spaced) for p in parts] == [(False, True), (True, False)]
+    assert "".join(p.text for p in parts) == text
+
+
+def test_a_cut_goes_back_to_the_latest_gap_with_a_space() -> None:
+    text = "At 1 2 3 4 5 6 7 <b>8</b> ok."  # the 9th span touches the 10th: cut after 7
+    parts = split_between_spans(text, find_spans(text), 9)
+    assert [p.text for p in parts] == ["At 1 2 3 4 5 6 7", "<b>8</b> ok."]
+    assert all(len(p.spans) <= 9 for p in parts)
+
+
+def test_the_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        split_between_spans("A 1 b.", find_spans("A 1 b."), 0)
