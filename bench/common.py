@@ -26,13 +26,12 @@ from pipeline.core.device import cpu_name
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
 from pipeline.data.multi30k import load_corpus
-from pipeline.data.tokenizer import Tokenizer
+from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
 from pipeline.training.checkpoint import load_model
 
 TUTORIAL_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the tutorial's "tiny"
 WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)
-DEFAULT_CHECKPOINT = "models/transformer/model.pt"
 CPU = torch.device("cpu")
 
 HEADLINE = {  # key -> meaning, in the order bench.md lists them
@@ -107,7 +106,7 @@ def named_configs(params: Params, names: Sequence[str], override: dict) -> dict[
 def load_inputs(params_path: str) -> tuple[Params, Tokenizer, DatasetDict]:
     """The params, the pipeline's SentencePiece model and the Multi30k corpus."""
     params = load_params(params_path)
-    tok = Tokenizer.load(Path(params.tokenizer.out_dir) / "spm.model")
+    tok = Tokenizer.load(model_file(params.tokenizer.out_dir))
     return params, tok, load_corpus(params.download.out_dir)
 
 

@@ -2,7 +2,7 @@
 
     python -m bench.ct2_check [--split test_2016_flickr] [--out models/ct2]
 
-Exports `models/transformer/model.pt` (`pipeline.serving.ct2`), translates the split's English with our
+Exports the trained model (`train.model_file`; `pipeline.serving.ct2`), translates the split's English with our
 beam search and with CTranslate2 in fp32 and int8 (same beam size, length penalty and length
 limit, from params.yaml `decode`), and prints for each engine: sentences/s, cased sacreBLEU, and
 the share of lines identical to ours. Merges the figures into `reports/bench.json` under `ct2`.
@@ -22,6 +22,7 @@ from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
+from pipeline.data.tokenizer import model_file
 from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2
 from pipeline.serving.torch_engine import translate
 from pipeline.serving.translator import load_translator
@@ -35,9 +36,7 @@ def main() -> None:
     datasets.disable_progress_bars()
     params = load_params()
     cfg, threads = params.decode, torch.get_num_threads()
-    loaded = load_translator(
-        Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model"
-    )
+    loaded = load_translator(Path(params.train.model_file), model_file(params.tokenizer.out_dir))
     export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split["de"])

@@ -2,7 +2,7 @@
 
 Usage (repository root):
 
-    python -m bench.decode_speed [--sentences 1000] [--checkpoint models/transformer/model.pt]
+    python -m bench.decode_speed [--sentences 1000] [--checkpoint CKPT]
 
 Input: the first `--sentences` English sentences of test_2016_flickr (all 1000 by default),
 translated by the trained model at `--checkpoint`, or, when it does not exist, by a seeded
@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 import torch
 
 from bench.common import (
-    DEFAULT_CHECKPOINT,
     base_parser,
     command_line,
     decode_model,
@@ -176,10 +175,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5 vs CTranslate2.")
     p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
-    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="trained model (random if missing)")
+    p.add_argument("--checkpoint", help="trained model (default: train.model_file; random if missing)")
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 methods")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
+    args.checkpoint = args.checkpoint or params.train.model_file
     torch.set_flush_denormal(True)
     device = pick_device("auto")
     cfg = model_config(params.train.model, **parse_override(args.model_override))

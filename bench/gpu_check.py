@@ -41,6 +41,7 @@ import torch
 import yaml
 
 from pipeline.core.io import write_json, write_text
+from pipeline.data.tokenizer import model_file
 from pipeline.ops.dag import Stage, merge_params, read_dag, read_params
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +228,7 @@ def flops_per_target_token(work: Path, params: dict) -> float:
     from pipeline.model.flops import train_step_flops
 
     corpus = load_corpus(work / params["download"]["out_dir"])["train"]
-    tok = Tokenizer.load(work / params["tokenizer"]["out_dir"] / "spm.model")
+    tok = Tokenizer.load(model_file(work / params["tokenizer"]["out_dir"]))
     pairs = zip(tok.encode_batch(list(corpus["en"])), tok.encode_batch(list(corpus["de"])), strict=True)
     lens = [(len(s) + 1, len(t) + 1) for s, t in pairs if max(len(s), len(t)) <= params["train"]["max_len"]]
     src_lens, tgt_lens = [s for s, _ in lens], [t for _, t in lens]

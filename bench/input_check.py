@@ -28,6 +28,7 @@ from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
+from pipeline.data.tokenizer import model_file
 from pipeline.serving.torch_engine import translate
 from pipeline.serving.translator import load_translator, translate_lines
 
@@ -56,9 +57,7 @@ def main() -> None:
     datasets.disable_progress_bars()
     params = load_params()
     cfg = params.decode
-    loaded = load_translator(
-        Path(params.train.out_dir) / "model.pt", Path(params.tokenizer.out_dir) / "spm.model"
-    )
+    loaded = load_translator(Path(params.train.model_file), model_file(params.tokenizer.out_dir))
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split["de"])
     rows = {

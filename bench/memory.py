@@ -2,7 +2,7 @@
 
 Usage (repository root):
 
-    python -m bench.memory [--steps 20] [--sentences 1000] [--checkpoint models/transformer/model.pt]
+    python -m bench.memory [--steps 20] [--sentences 1000] [--checkpoint CKPT]
 
 Each part runs in its own spawned child process (a fresh interpreter: nothing the parent or
 the other part allocated is counted), which reports its own peak resident set size when done.
@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 
 from bench.common import (
-    DEFAULT_CHECKPOINT,
     base_parser,
     command_line,
     decode_model,
@@ -53,7 +52,7 @@ from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
 from pipeline.core.device import setup
 from pipeline.core.errors import run_main
 from pipeline.data.batching import Pair, make_batches
-from pipeline.data.tokenizer import Tokenizer
+from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
 from pipeline.serving.torch_engine import translate
 from pipeline.training.loop import encode_pairs, make_optimizer
@@ -147,16 +146,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p = base_parser("Peak RSS of training and of beam-5 decoding, each in its own process.")
     p.add_argument("--steps", type=int, default=20, help="training steps (plus the longest batch)")
     p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
-    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="trained model (random if missing)")
+    p.add_argument("--checkpoint", help="trained model (default: train.model_file; random if missing)")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
+    args.checkpoint = args.checkpoint or params.train.model_file
     optim = params.train.optim
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     cfg = model_config(params.train.model, **parse_override(args.model_override))
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     batches = memory_batches(pairs, optim, args.steps)
     sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
-    spm, threads = str(Path(params.tokenizer.out_dir) / "spm.model"), torch.get_num_threads()
+    spm, threads = str(model_file(params.tokenizer.out_dir)), torch.get_num_threads()
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
     model_note = "trained" if Path(args.checkpoint).is_file() else "random-weight"
     jobs = {

@@ -1,8 +1,10 @@
 """The BLEU cost of the name rule on a split (val by default): the sentences it changes, decoded with
 and without it, side by side in one run.
 
-    python -m bench.name_rule [--checkpoint models/transformer/model.pt] [--spm models/spm/spm.model]
-        [--hyps reports/translations/val.hyp.de] [--split val]
+    python -m bench.name_rule [--checkpoint CKPT] [--spm SPM] [--hyps HYPS] [--split val]
+
+CKPT, SPM and HYPS default to the pipeline's (params.yaml: train.model_file, the tokenizer, the
+decode stage's translations of the split).
 
 The rule (`pipeline.serving.translator.unseen_name`) needs `source_words.txt` beside the
 SentencePiece model (the tokenizer stage writes it; `--train-en` builds it from a file of English
@@ -24,15 +26,16 @@ from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
 from pipeline.data.multi30k import load_corpus
-from pipeline.data.tokenizer import WORD_RE
+from pipeline.data.tokenizer import WORD_RE, model_file
+from pipeline.data.translations import translation_path
 from pipeline.serving.spans import find_spans
 from pipeline.serving.translator import load_translator, translate_lines, unseen_name
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--checkpoint", default="models/transformer/model.pt")
-    p.add_argument("--spm", default="models/spm/spm.model")
+    p.add_argument("--checkpoint", help="the model (default: train.model_file)")
+    p.add_argument("--spm", help="the SentencePiece model (default: the tokenizer stage's)")
     p.add_argument("--hyps", default=None, help="the split's translations (default: the decode stage's)")
     p.add_argument("--train-en", default=None, help="English training sentences, one per line")
     p.add_argument("--split", default="val")
@@ -40,9 +43,11 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params()
     split = load_corpus(params.download.out_dir)[args.split]
     en, refs = list(split["en"]), list(split[params.download.tgt_lang])
-    hyps_path = args.hyps or f"reports/translations/{args.split}.hyp.{params.download.tgt_lang}"
+    tgt = params.download.tgt_lang
+    hyps_path = args.hyps or translation_path(Path(params.decode.translations_dir), args.split, tgt)
     hyps = Path(hyps_path).read_text(encoding="utf-8").splitlines()
-    engine = load_translator(args.checkpoint, args.spm)
+    spm = args.spm or model_file(params.tokenizer.out_dir)
+    engine = load_translator(args.checkpoint or params.train.model_file, spm)
     if args.train_en:
         lines = Path(args.train_en).read_text(encoding="utf-8").splitlines()
         engine.tokenizer.source_words = frozenset(w.lower() for s in lines for w in WORD_RE.findall(s))

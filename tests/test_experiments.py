@@ -8,7 +8,7 @@ import pytest
 from pipeline.core.errors import PipelineError
 from pipeline.ops import experiments as ex
 
-SUMMARY = "reports/train_summary.json"
+SUMMARY, VAL = "reports/train_summary.json", "reports/val.json"  # the metrics files a record reads
 
 
 def exp_data(dropout: float, val_bleu: float, max_minutes: float = 150) -> dict:
@@ -16,8 +16,8 @@ def exp_data(dropout: float, val_bleu: float, max_minutes: float = 150) -> dict:
     params = {"train": {"optim": {"max_minutes": max_minutes, "max_steps": 3200}, "model": {"dropout": dropout}},
               "mlflow": {"enabled": True}}  # fmt: skip
     metrics = {
-        "reports/train_summary.json": {"data": {"steps": 3200, "epochs": 16, "minutes": 104.5}},
-        "reports/val.json": {"data": {"bleu": val_bleu, "bleu_lc_tok": val_bleu + 0.3}},
+        SUMMARY: {"data": {"steps": 3200, "epochs": 16, "minutes": 104.5}},
+        VAL: {"data": {"bleu": val_bleu, "bleu_lc_tok": val_bleu + 0.3}},
     }
     return {"params": {"params.yaml": {"data": params}}, "metrics": metrics}
 
@@ -44,15 +44,15 @@ def test_entry_keeps_recipe_params_metrics_and_facts():
         "final_model": {"source": "ema", "candidates": {"ema": 38.1}},
         "cpu": "x",
     }
-    row = ex.entry("drop-0.3", "e1", "b0", exp_data(0.3, 40.0), facts, SUMMARY)
+    row = ex.entry("drop-0.3", "e1", "b0", exp_data(0.3, 40.0), facts, SUMMARY, VAL)
     assert row["params"] == {"train.model.dropout": 0.3, "train.optim.max_steps": 3200}  # no caps, no mlflow
     assert (row["steps"], row["val_bleu"], row["val_bleu_lc_tok"]) == (3200, 40.0, 40.3)
     assert (row["stopped_by"], row["final_model"]) == ("max_steps", "ema")
 
 
 def test_table_shows_what_changed_against_the_baseline_and_p():
-    base = ex.entry("base", "b", "b", exp_data(0.1, 39.0), {}, SUMMARY)
-    cand = ex.entry("drop-0.3", "e", "b", exp_data(0.3, 40.0), {}, SUMMARY) | {
+    base = ex.entry("base", "b", "b", exp_data(0.1, 39.0), {}, SUMMARY, VAL)
+    cand = ex.entry("drop-0.3", "e", "b", exp_data(0.3, 40.0), {}, SUMMARY, VAL) | {
         "baseline": "base",
         "p_vs_baseline": 0.012,
     }
