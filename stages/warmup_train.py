@@ -1,9 +1,10 @@
 """DVC stage `warmup_train`: our Transformer on number-to-words, gated on test exact match.
 
 Usage: `python -m stages.warmup_train` (paths: `warmup_train.*` in params.yaml). Writes the
-checkpoints, the per-validation log, the metrics (`metrics_json`: exact_match, steps,
-minutes) and the facts (`facts_json`: threshold, final-model choice); exits 1 when the test exact
-match is below `warmup_train.threshold`.
+checkpoints, the per-validation log, the metrics (`metrics_json`: exact_match, steps, minutes) and
+the facts (`facts_json`: threshold, `stopped_by`: the budget that ended it, final-model choice);
+exits 1 when the test exact match is below `warmup_train.threshold`. Its budget is `max_steps` (or
+`patience`): `max_minutes` is only a safety cap, so the gate passes or fails alike on any machine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.warmup import WarmupVocab, encode
 from pipeline.training import checkpoint
-from pipeline.training.loop import RunContext, new_model, summary, train
+from pipeline.training.loop import RunContext, new_model, stopped_by, summary, train
 from pipeline.training.validation import Validation, exact_match
 
 
@@ -50,8 +51,10 @@ def main() -> None:
     test_match = test.score(checkpoint.build_model(state))
     s = summary(progress)
     write_json(cfg.metrics_json, {"exact_match": test_match, "steps": s["steps"], "minutes": s["minutes"]})
-    write_json(cfg.facts_json, {"threshold": cfg.threshold, "final_model": choice})
-    print(f"warmup_train: test exact match {test_match:.4f} (threshold {cfg.threshold})")
+    stop = stopped_by(progress, cfg.optim)
+    write_json(cfg.facts_json, {"threshold": cfg.threshold, "stopped_by": stop, "final_model": choice})
+    print(f"warmup_train: {s['steps']} steps, ended by {stop}; test exact match {test_match:.4f} "
+          f"(threshold {cfg.threshold})")  # fmt: skip
     if test_match < cfg.threshold:
         raise PipelineError(f"warmup gate failed: test exact match {test_match:.4f} < {cfg.threshold}")
 

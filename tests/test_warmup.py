@@ -148,7 +148,66 @@ def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) 
     facts = json.loads((tmp_path / "reports" / "warmup_facts.json").read_text())
     assert facts["threshold"] == 0.0 and facts["final_model"]["source"] in facts["final_model"]["candidates"]
     assert (tmp_path / "reports" / "warmup_log.csv").read_text().count("\n") == 3  # header + steps 2, 4
+    assert facts["stopped_by"] == "max_steps"
     params["warmup_train"]["threshold"] = 1.0  # unreachable in 4 steps: the gate fails (nothing retrained)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(PipelineError, match="warmup gate failed: test exact match 0.0000 < 1.0"):
         warmup_train.main()
+
+
+class SlowClock:
+    """`time` for the training loop on a busy machine: every reading is `minutes` later."""
+
+    def __init__(self, minutes: float) -> None:
+        self.now, self.minutes = 0.0, minutes
+
+    def time(self) -> float:
+        self.now += self.minutes * 60
+        return self.now
+
+
+def test_warmup_gate_ends_by_steps_however_slow_the_machine(tmp_path, monkeypatch) -> None:
+    """The gate's budget is its steps: on a machine whose every step takes minutes, the default
+    time cap (a safety net) does not cut it short, and it reaches the steps and exact match of a fast
+    run; a cap the old way (5 minutes) would have ended it early."""
+    import json
+    import shutil
+
+    from pipeline.core.config import WarmupTrainConfig
+    from pipeline.training import loop
+    from stages import warmup_data, warmup_train
+
+    optim = {"max_steps": 6, "val_every": 2, "max_tokens": 400, "warmup_steps": 2, "average_last": 2}
+    params = {
+        "warmup_data": {"max_number": 999, "n_train": 100, "n_val": 10, "n_test": 10},
+        "warmup_train": {"threshold": 0.0, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+                         "optim": optim},
+        "decode": {"batch_size": 4, "max_len_b": 3},
+    }  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    warmup_data.main()
+
+    def run(max_minutes: float | None, clock: SlowClock | None) -> tuple[dict, dict]:
+        cap = {} if max_minutes is None else {"max_minutes": max_minutes}
+        params["warmup_train"]["optim"] = optim | cap
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+        shutil.rmtree(tmp_path / "models", ignore_errors=True)  # a fresh run, not a continued one
+        with monkeypatch.context() as m:
+            if clock:
+                m.setattr(loop, "time", clock)
+            warmup_train.main()
+        read = lambda name: json.loads((tmp_path / "reports" / name).read_text())  # noqa: E731
+        return read("warmup.json"), read("warmup_facts.json")
+
+    fast, _ = run(None, None)
+    slow, slow_facts = run(None, SlowClock(minutes=2.0))
+    assert WarmupTrainConfig().optim.max_minutes >= 60
+    assert (
+        (slow["steps"], slow["exact_match"])
+        == (fast["steps"], fast["exact_match"])
+        == (6, fast["exact_match"])
+    )
+    assert slow_facts["stopped_by"] == "max_steps"
+    capped, capped_facts = run(5, SlowClock(minutes=2.0))
+    assert capped["steps"] < 6 and capped_facts["stopped_by"] == "max_minutes"

@@ -154,7 +154,7 @@ class WarmupTrainConfig(Section):
     threshold: float = Field(default=0.99, ge=0.0, le=1.0)
     model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
     optim: OptimConfig = OptimConfig(
-        max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=5, val_every=250,
+        max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=60, val_every=250,
         patience=4, label_smoothing=0.0, average_last=4,
     )  # fmt: skip
 
