@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.ops.cli import console
+from pipeline.ops.console import console
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "translate":

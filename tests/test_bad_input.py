@@ -18,7 +18,7 @@ import pytest
 import torch
 from toy_train import pairs, toy_run
 
-from pipeline.core.config import ModelConfig, TokenizerConfig
+from pipeline.core.config import ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import run_main
 from pipeline.data.multi30k import build_corpus
 from pipeline.data.tokenizer import Tokenizer, model_sha256, train_tokenizer
@@ -217,6 +217,38 @@ def test_checkpoint_of_another_tokenizer_of_the_same_size(random_translator_file
 def test_missing_checkpoint(random_translator_files, tmp_path, capsys):
     code, _, err = translate(random_translator_files, capsys, "A dog.", ckpt=tmp_path / "nope.pt")
     assert code != 0 and err == f"error: {tmp_path / 'nope.pt'}: checkpoint not found\n"
+
+
+def test_no_trained_model_says_how_to_get_one(random_translator_files, tmp_path, capsys, monkeypatch):
+    """Without --checkpoint and before `dvc repro`: the default model file is absent."""
+    params = tmp_path / "params.yaml"
+    params.write_text(random_translator_files["defaults"].read_text())
+    argv = ["--spm", str(random_translator_files["spm"]), "--params", str(params), "A dog."]
+    code, out, err = run_entry(lambda: translate_main(argv), capsys)
+    model = tmp_path / Params().train.model_file
+    assert code != 0 and out == ""
+    assert (
+        err
+        == f"error: {model}: no trained model yet: run `dvc repro` to train it, or `dvc pull` to fetch it\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "culprit"),
+    [
+        ("missing/dir/a.png", "the folder {tmp}/missing/dir does not exist"),
+        (".", "is a folder, not a PNG file name"),
+        ("/dev/null", "not a regular file"),
+    ],
+)
+def test_attention_path_is_checked_before_translating(
+    where, culprit, random_translator_files, tmp_path, capsys
+):
+    path = tmp_path / where if not where.startswith("/") else Path(where)
+    code, out, err = translate(random_translator_files, capsys, "A dog.", "--attention", str(path))
+    assert code != 0 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: --attention {path}: ") and culprit.format(tmp=tmp_path) in err
+    assert not (tmp_path / "missing").exists()
 
 
 def test_bad_beam_flag(random_translator_files, capsys):

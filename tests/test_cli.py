@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -181,6 +182,18 @@ def test_ctrl_c_ends_it_quietly_with_exit_130(tiny_translator_files, tmp_path) -
     proc.stdin.flush()
     for _ in range(256):
         assert proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err == b""
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3])
+def test_ctrl_c_while_starting_is_quiet_too(delay: float) -> None:
+    """Ctrl-C while torch is still importing (the first ~2 s): exit 130 and no traceback."""
+    cmd = [sys.executable, "-m", "pipeline", "translate"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)  # fmt: skip
+    time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err == b""

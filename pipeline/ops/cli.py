@@ -23,7 +23,7 @@ import torch
 
 from pipeline.core.config import DecodeConfig, FieldError, Params, load_params, with_updates
 from pipeline.core.device import pick_device
-from pipeline.core.errors import ConfigError, PipelineError, run_main
+from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.engine import Engine
 from pipeline.serving.translator import (
@@ -201,7 +201,12 @@ def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engi
     """Our checkpoint, or with --engine ctranslate2 the CTranslate2 export (no --attention), on `device`."""
     spm = spm_path(args, params)
     if args.engine == "torch":
-        return load_translator(checkpoint_path(args, params), spm, device)
+        checkpoint = checkpoint_path(args, params)
+        if args.checkpoint is None and not checkpoint.exists():
+            raise CheckpointError(
+                f"{checkpoint}: no trained model yet: run `dvc repro` to train it, or `dvc pull` to fetch it"
+            )
+        return load_translator(checkpoint, spm, device)
     if args.attention is not None:
         raise ConfigError(
             "--engine ctranslate2: --attention needs --engine torch (it draws our model's attention)"
@@ -212,8 +217,24 @@ def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engi
         raise ConfigError(f"--compute-type {args.compute_type}: {exc}") from None
 
 
+def check_attention_path(path: Path) -> None:
+    """--attention must name a new or regular file in an existing folder (checked before translating).
+
+    Raises:
+        ConfigError: the folder does not exist, or the path is a folder or not a regular file.
+    """
+    if not path.parent.is_dir():
+        raise ConfigError(f"--attention {path}: the folder {path.parent} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"--attention {path}: is a folder, not a PNG file name")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"--attention {path}: not a regular file")
+
+
 def run(args: argparse.Namespace) -> Iterator[str]:
     """Yield the output for each input line (one translated line; K lines with --n-best)."""
+    if args.attention is not None:
+        check_attention_path(args.attention)
     params = defaults(args.params)
     cfg = decode_config(params.decode, args)
     if args.n_best is not None and not 1 <= args.n_best <= cfg.beam_size:
@@ -225,10 +246,10 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     for batch in input_batches(args.sentences):
         translated = outputs(engine, batch, number, cfg, args.n_best, params.train.max_len)
         number += len(batch)
-        for line, german in zip(batch, translated, strict=True):
+        for line, output in zip(batch, translated, strict=True):
             if first is None and line.strip():
-                first = (line, german if args.n_best is None else german.split("\n")[0].split("\t", 3)[3])
-            yield german
+                first = (line, output if args.n_best is None else output.split("\n")[0].split("\t", 3)[3])
+            yield output
     if args.attention is not None:
         if first is None:
             raise PipelineError("--attention: no non-empty sentence to draw")
@@ -241,10 +262,5 @@ def run(args: argparse.Namespace) -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    for german in run(args):
-        print(german, flush=True)
-
-
-def console() -> None:
-    """Entry point of the `mt-translate` console script."""
-    run_main(main, stdout_pipe=True)
+    for output in run(args):
+        print(output, flush=True)

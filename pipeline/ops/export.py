@@ -23,7 +23,9 @@ from pipeline.tracking.runs import read_run_id
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pipeline.ops.export", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.ops.export", description=__doc__.split("\n\n")[0].replace("\n", " ")
+    )
     sub = p.add_subparsers(dest="engine", required=True)
     ct2 = sub.add_parser("ctranslate2", help="write a CTranslate2 model directory")
     ct2.add_argument("--checkpoint", type=Path, help="the model (default: params.yaml's train.model_file)")

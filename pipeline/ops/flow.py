@@ -40,6 +40,9 @@ from pathlib import Path
 
 # Prefect's ephemeral server can take longer than its default to start on a cold, busy machine.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+# Its telemetry service (Prefect's documented switch) only logs "database is locked" tracebacks from
+# the temporary server's SQLite here, and no machine of this project reaches Prefect's servers.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 
