@@ -188,11 +188,9 @@ def test_ctrl_c_ends_it_quietly_with_exit_130(tiny_translator_files, tmp_path) -
 
 
 @pytest.mark.parametrize("delay", [0.1, 0.3])
-def test_ctrl_c_while_starting_is_quiet_too(delay: float) -> None:
-    """Ctrl-C while torch is still importing (the first ~2 s): exit 130 and no traceback."""
-    cmd = [sys.executable, "-m", "pipeline", "translate"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=default_sigint)  # fmt: skip
+def test_ctrl_c_while_starting_is_quiet_too(delay: float, tiny_translator_files, tmp_path) -> None:
+    """Ctrl-C while torch is still importing (its first second or two): exit 130, no traceback."""
+    proc = translate_process(tiny_translator_files, tmp_path, subprocess.PIPE)  # then waits for stdin
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
