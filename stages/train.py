@@ -38,7 +38,7 @@ def main() -> None:
     try:
         tgt = params.download.tgt_lang
         val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
-        pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model))
+        pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
         bleu = training.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
         model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
         init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)

@@ -76,6 +76,20 @@ def test_open_names_the_folder_when_files_or_tokenizer_do_not_match(tmp_path: Pa
         TokenizedCorpus.open(tmp_path / "ids")
 
 
+def test_open_with_a_vocabulary_size_names_the_file_of_an_id_outside_it(tmp_path: Path) -> None:
+    """A corpus written for a larger vocabulary (or damaged in place) is caught when opened, before
+    training could start afresh or index an embedding out of range."""
+    write_corpus(tmp_path / "ids", [pairs(5)], max_id=19, meta={})
+    assert len(TokenizedCorpus.open(tmp_path / "ids", vocab_size=20)) == 5
+    src = tmp_path / "ids" / "src.bin"
+    ids = np.fromfile(src, dtype=np.uint16)
+    ids[3] = 65535
+    ids.tofile(src)  # the same size: only the range check can tell
+    with pytest.raises(DataError, match=rf"{src}: id 65535 is outside the vocabulary of 20; run the prepare"):
+        TokenizedCorpus.open(tmp_path / "ids", vocab_size=20)
+    TokenizedCorpus.open(tmp_path / "ids")  # without a vocabulary size, no check
+
+
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     lines = [s for pair in MERGED for s in pair] * 20

@@ -75,7 +75,11 @@ def test_budgets_are_not_part_of_the_identity_but_the_lr_is():
     )
 
 
-def test_a_new_lr_starts_afresh_and_drops_the_old_checkpoints(tmp_path, capsys):
+def fail(*args):
+    raise RuntimeError("a failure before any checkpoint")
+
+
+def test_a_new_lr_starts_afresh_and_drops_the_old_checkpoints(tmp_path, capsys, monkeypatch):
     data = pairs(64)
     toy_run(tmp_path, data, max_steps=8, val_every=2, average_last=3)
     assert {p.name for p in tmp_path.glob("step*.pt")} == {
@@ -83,13 +87,20 @@ def test_a_new_lr_starts_afresh_and_drops_the_old_checkpoints(tmp_path, capsys):
         "step0000006.pt",
         "step0000008.pt",
     }
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.pt")}
+    with monkeypatch.context() as m:  # a new run that fails before its first validation loses nothing
+        m.setattr(train_module, "train_step", fail)
+        with pytest.raises(RuntimeError, match="before any checkpoint"):
+            toy_run(tmp_path, data, max_steps=4, val_every=4, average_last=3, peak_lr=1e-3)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.pt")} == before
     capsys.readouterr()
     _, progress = toy_run(tmp_path, data, max_steps=4, val_every=4, average_last=3, peak_lr=1e-3)
     out = capsys.readouterr().out
     afresh = [line for line in out.splitlines() if "starting afresh" in line]
     assert len(afresh) == 1 and "optim.peak_lr 0.003 -> 0.001" in afresh[0], out
     assert "resuming" not in out and progress.step == 4
-    assert [p.name for p in tmp_path.glob("step*.pt")] == ["step0000004.pt"] == progress.kept
+    assert [p.name for p in tmp_path.glob("step*.pt")] == ["step0000004.pt"] == progress.kept  # its first
+    assert checkpoint.load(tmp_path / "last.pt")["progress"]["step"] == 4  # this run's, not the old one
 
 
 def test_step_and_best_checkpoints_hold_weights_only(tmp_path):

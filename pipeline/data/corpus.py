@@ -69,13 +69,16 @@ class TokenizedCorpus:
         return cls(ids, offsets, {"format": FORMAT, "pairs": len(pairs)})
 
     @classmethod
-    def open(cls, folder: str | Path, spm_sha256: str | None = None) -> TokenizedCorpus:
-        """The corpus `write_corpus` wrote to `folder`, memory-mapped read-only.
+    def open(
+        cls, folder: str | Path, spm_sha256: str | None = None, vocab_size: int | None = None
+    ) -> TokenizedCorpus:
+        """The corpus `write_corpus` wrote to `folder`, memory-mapped read-only; with `vocab_size`,
+        every id is checked to be below it (one pass over the files).
 
         Raises:
             DataError: a file is missing, or `meta.json` is not this format, or the arrays do not
-                agree with it, or `spm_sha256` is given and the meta names another tokenizer
-                (naming the folder).
+                agree with it, or `spm_sha256` is given and the meta names another tokenizer, or an
+                id is out of the vocabulary (naming the folder or the file).
         """
         folder = Path(folder)
         try:
@@ -96,7 +99,24 @@ class TokenizedCorpus:
                 raise DataError(f"{folder}: {s}.idx.npy does not match {s}.bin and meta.json")
         if spm_sha256 is not None and meta.get("spm_sha256") != spm_sha256:
             raise DataError(f"{folder}: tokenized with another SentencePiece model; run the prepare stage")
-        return cls(ids, offsets, meta, folder)
+        corpus = cls(ids, offsets, meta, folder)
+        if vocab_size is not None:
+            corpus.check_ids(vocab_size)
+        return corpus
+
+    def check_ids(self, vocab_size: int) -> None:
+        """Every id of both sides is below `vocab_size`.
+
+        Raises:
+            DataError: an id is not, naming the side's file (or the side, in memory).
+        """
+        for side in SIDES:
+            largest = max((int(chunk.max()) for chunk in self._id_chunks(side) if len(chunk)), default=-1)
+            if largest >= vocab_size:
+                where = self.folder / f"{side}.bin" if self.folder is not None else f"{side} ids"
+                raise DataError(
+                    f"{where}: id {largest} is outside the vocabulary of {vocab_size}; run the prepare stage"
+                )
 
     def digest(self) -> str:
         """SHA-256 of the pairs' offsets and ids (as uint32, whatever the storage dtype), in chunks:

@@ -204,7 +204,9 @@ def resume(
     run of the same `identity`; returns its progress dict, or None for a fresh start.
 
     When `path` belongs to another identity (say, a new lr), rank 0 says which values changed in
-    one line and deletes that run's checkpoints, so none is averaged into this run's model. On
+    one line and starts afresh; that run's checkpoints stay until this run writes its own first ones
+    (`save` overwrites `best.pt` and `last.pt`, `keep_newest` removes its step files), so a run that
+    fails before its first validation loses nothing, and none is averaged into this run's model. On
     resume every rank reads `path` (the folder must be on storage every node sees) and then holds
     rank 0's weights and optimizer state. `ema` takes the saved weight average when there is one
     (else it starts from the resumed weights).
@@ -221,8 +223,8 @@ def resume(
     same = state is not None and state.get("fingerprint") == fingerprint(identity)
     if not world.rank0_says(same):
         if state is not None:
-            print(f"{path}: {_what_changed(state.get('identity', {}), identity)}; starting afresh")
-            remove_run(path.parent)
+            print(f"{path}: {_what_changed(state.get('identity', {}), identity)}; starting afresh "
+                  "(its checkpoints stay until this run writes its first)")  # fmt: skip
         return None
     if not world.is_main:
         state = _load_on_every_rank(path, world)
@@ -268,17 +270,14 @@ def _what_changed(old: dict, new: dict) -> str:
     return "written with other settings: " + ", ".join(changed)
 
 
-def remove_run(out_dir: Path) -> None:
-    """Delete the checkpoints of an abandoned run in `out_dir` (step, best and last)."""
-    for path in [*out_dir.glob("step*.pt"), out_dir / "best.pt", out_dir / "last.pt"]:
-        path.unlink(missing_ok=True)
-
-
 def keep_newest(out_dir: Path, kept: list[str], n: int) -> list[str]:
-    """Delete all but the newest `n` of the step checkpoints `kept` (oldest first); returns those."""
-    for name in kept[:-n]:
-        (out_dir / name).unlink(missing_ok=True)
-    return kept[-n:]
+    """Delete every step checkpoint in `out_dir` but the newest `n` of `kept` (oldest first), those
+    a run started afresh left behind included; returns the ones kept."""
+    keep = kept[-n:]
+    for path in out_dir.glob("step*.pt"):
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
+    return keep
 
 
 # ---------------------------------------------------------------- the final model
