@@ -9,6 +9,7 @@ champion's weights (`pipeline.training.warm_start`); above one process it relaun
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import datasets
@@ -35,29 +36,31 @@ def main() -> None:
     tok = Tokenizer.load(spm_model)
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
     world, device = distributed.init(device, cfg.optim.threads)
+    lock = checkpoint.trainer_lock(Path(cfg.out_dir)) if world.is_main else contextlib.nullcontext()
     try:
-        tgt = params.download.tgt_lang
-        val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
-        pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
-        bleu = training.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
-        model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
-        init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
-        run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
-                                  device=device, bf16=bf16, init_from=init_from,
-                                  spm_sha256=model_sha256(spm_model))  # fmt: skip
-        if world.is_main and params.mlflow.enabled:
-            fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
-            run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, device)
-            run.tracker.log_params({f"train.init_from_{k}": v for k, v in (init_from or {}).items()})
-        with tracking.finishing(run.tracker):
-            progress = training.train(model, pairs, bleu, cfg.optim, run)
-            if world.is_main:
-                metrics, facts = training.save_final_model(model, progress, bleu, cfg, run)
-                facts["train_pairs"] = len(pairs)
-                for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
-                    write_json(path, content)
-                    run.tracker.log_artifact(Path(path), "reports")
-                tracking.write_run_id(Path(cfg.run_id_file), run.tracker.run_id)
+        with lock:  # before the MLflow run: a second trainer stops at once
+            tgt = params.download.tgt_lang
+            val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
+            pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
+            bleu = training.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
+            model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
+            init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
+            run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
+                                      device=device, bf16=bf16, init_from=init_from,
+                                      spm_sha256=model_sha256(spm_model))  # fmt: skip
+            if world.is_main and params.mlflow.enabled:
+                fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
+                run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, device)
+                run.tracker.log_params({f"train.init_from_{k}": v for k, v in (init_from or {}).items()})
+            with tracking.finishing(run.tracker):
+                progress = training.train(model, pairs, bleu, cfg.optim, run)
+                if world.is_main:
+                    metrics, facts = training.save_final_model(model, progress, bleu, cfg, run)
+                    facts["train_pairs"] = len(pairs)
+                    for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
+                        write_json(path, content)
+                        run.tracker.log_artifact(Path(path), "reports")
+                    tracking.write_run_id(Path(cfg.run_id_file), run.tracker.run_id)
     finally:
         distributed.close()
 

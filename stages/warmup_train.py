@@ -46,7 +46,8 @@ def main() -> None:
     pairs = TokenizedCorpus.from_pairs(encode(data["train"], vocab))
     run = RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), device=device, bf16=bf16)
     model = new_model(cfg.model, vocab.vocab_size, vocab.pad_id, cfg.optim.seed)
-    progress = train(model, pairs, val, cfg.optim, run)
+    with checkpoint.trainer_lock(run.out_dir):
+        progress = train(model, pairs, val, cfg.optim, run)
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
     test_match = test.score(checkpoint.build_model(state))
     s = summary(progress)

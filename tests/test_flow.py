@@ -186,7 +186,7 @@ def test_one_flow_run_per_checkout(tmp_path: Path) -> None:
     from pipeline.ops.flow import LOCK_FILE, run_lock
 
     with run_lock(tmp_path):  # two descriptors of one process exclude each other too
-        with pytest.raises(PipelineError, match="a flow run is already in progress here") as info:
+        with pytest.raises(PipelineError, match="a flow run is already running") as info:
             with run_lock(tmp_path):
                 pytest.fail("entered a held lock")
     assert "\n" not in str(info.value) and f"pid {os.getpid()}" in str(info.value)
@@ -194,7 +194,9 @@ def test_one_flow_run_per_checkout(tmp_path: Path) -> None:
         holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(PipelineError, match=rf"^{tmp_path}: .* \(pid {holder.pid}, lock {LOCK_FILE}\); "):
+        with pytest.raises(
+            PipelineError, match=rf"^{tmp_path}: .* \(pid {holder.pid}, lock {tmp_path / LOCK_FILE}\); "
+        ):
             with run_lock(tmp_path):
                 pytest.fail("entered a lock another process holds")
         if end == "kill":
@@ -216,7 +218,7 @@ def test_a_second_run_command_is_one_line_and_exit_1(tmp_path: Path, monkeypatch
         main(["run"])
     err = capsys.readouterr().err
     assert info.value.code == 1 and err.count("\n") == 1
-    assert err.startswith(f"error: {tmp_path}: a flow run is already in progress here (pid {os.getpid()}")
+    assert err.startswith(f"error: {tmp_path}: a flow run is already running (pid {os.getpid()}")
 
 
 @pytest.fixture

@@ -28,14 +28,12 @@ are SHA-256-pinned, so the stages after it rerun only when what it wrote changed
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 # Prefect's ephemeral server can take longer than its default to start on a cold, busy machine.
@@ -46,7 +44,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
 
-from pipeline.core.errors import PipelineError, run_main  # noqa: E402
+from pipeline.core.errors import run_main  # noqa: E402
+from pipeline.core.lock import exclusive  # noqa: E402
 from pipeline.ops.dag import read_dag  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,30 +237,13 @@ def deployment(name: str, cron: str, on_overlap: str = "skip"):
     )
 
 
-@contextmanager
-def run_lock(repo: Path = REPO) -> Iterator[None]:
-    """Hold the flow lock of the checkout `repo` (an exclusive, non-blocking `flock` on `LOCK_FILE`,
-    which records the holder's pid) while the body runs. The system releases it when the holder
-    exits, however it ends.
+def run_lock(repo: Path = REPO):
+    """The flow lock of the checkout `repo` (`pipeline.core.lock.exclusive` on `LOCK_FILE`).
 
     Raises:
         PipelineError: another process holds it: a run is in progress in this checkout.
     """
-    path = Path(repo) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 20, 0).decode("ascii", "replace").strip() or "unknown"
-            raise PipelineError(f"{repo}: a flow run is already in progress here (pid {holder}, lock "
-                                f"{LOCK_FILE}); wait for it to end") from None  # fmt: skip
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+    return exclusive(Path(repo) / LOCK_FILE, f"{repo}: a flow run")
 
 
 def run_once(force: bool, recheck_data: bool) -> None:

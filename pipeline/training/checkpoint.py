@@ -29,12 +29,14 @@ from pydantic import ValidationError
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.core.io import atomic_path
+from pipeline.core.lock import exclusive
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, model_sha256
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 
+TRAINER_LOCK = ".trainer.lock"  # in the checkpoint folder (.dvcignore keeps it out of the output's hash)
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
 TOKENIZER_KEY = "spm_sha256"  # optional: the SHA-256 of the spm.model the weights were trained with
 
@@ -268,6 +270,16 @@ def _what_changed(old: dict, new: dict) -> str:
     changed = [f"{k} {before.get(k)} -> {after.get(k)}" for k in sorted(before.keys() | after.keys())
                if before.get(k) != after.get(k)]  # fmt: skip
     return "written with other settings: " + ", ".join(changed)
+
+
+def trainer_lock(out_dir: Path):
+    """The checkpoint folder's trainer lock (`pipeline.core.lock.exclusive` on `TRAINER_LOCK`): one
+    training per folder, so an orphaned trainer and a new one never write the same checkpoints.
+
+    Raises:
+        PipelineError: another trainer (even one whose `dvc repro` was killed) holds it.
+    """
+    return exclusive(Path(out_dir) / TRAINER_LOCK, f"{out_dir}: a training")
 
 
 def keep_newest(out_dir: Path, kept: list[str], n: int) -> list[str]:

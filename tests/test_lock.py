@@ -1,0 +1,90 @@
+"""One trainer per checkpoint folder (`pipeline.training.checkpoint.trainer_lock`, built on
+`pipeline.core.lock.exclusive`): an orphaned trainer, whose parent was SIGKILLed, keeps the folder;
+a second trainer stops at once with one line naming it; the lock ends with its holder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import PipelineError
+from pipeline.training.checkpoint import TRAINER_LOCK, trainer_lock
+
+# A parent (as `dvc repro` is) that starts a trainer holding the lock, prints its pid, and waits.
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), flush=True)
+time.sleep(600)
+"""
+TRAINER = """
+import sys, time
+from pathlib import Path
+from pipeline.training.checkpoint import trainer_lock
+with trainer_lock(Path(sys.argv[1])):
+    print("training", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_parent_leaves_its_trainer_holding_the_folder_and_a_second_one_stops(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, TRAINER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    child_pid = None
+    try:
+        assert parent.stdout.readline().strip() == "training"
+        child_pid = int((tmp_path / TRAINER_LOCK).read_text())
+        parent.send_signal(signal.SIGKILL)  # `kill -9` of `dvc repro`: its trainer lives on
+        parent.wait(timeout=30)
+        os.kill(child_pid, 0)  # still running, orphaned
+        with pytest.raises(PipelineError) as info:
+            with trainer_lock(tmp_path):
+                pytest.fail("a second trainer entered a held folder")
+        message = str(info.value)
+        assert message == (f"{tmp_path}: a training is already running (pid {child_pid}, lock "
+                           f"{tmp_path / TRAINER_LOCK}); wait for it to end, or stop it")  # fmt: skip
+    finally:
+        parent.kill()
+        if child_pid:
+            os.kill(child_pid, signal.SIGKILL)
+            _wait_gone(child_pid)
+    with trainer_lock(tmp_path):  # free once its holder is gone, however it ended
+        assert int((tmp_path / TRAINER_LOCK).read_text()) == os.getpid()
+
+
+def _wait_gone(pid: int) -> None:
+    """Wait until `pid` (not our child: its parent was killed) has exited."""
+    import time
+
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return  # a zombie until init reaps it: the lock is already released
+        time.sleep(0.1)
+    raise AssertionError(f"pid {pid} did not exit")
+
+
+def test_the_warmup_stage_takes_the_lock_before_training(tmp_path: Path, monkeypatch) -> None:
+    import yaml
+
+    from stages import warmup_data, warmup_train
+
+    params = {"warmup_data": {"max_number": 999, "n_train": 50, "n_val": 5, "n_test": 5},
+              "warmup_train": {"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+                               "optim": {"max_steps": 2, "val_every": 2, "max_tokens": 400}}}  # fmt: skip
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    warmup_data.main()
+    with trainer_lock(tmp_path / "models/warmup"):
+        with pytest.raises(PipelineError, match=r"models/warmup: a training is already running"):
+            warmup_train.main()
+    assert not list((tmp_path / "models/warmup").glob("*.pt"))  # it wrote nothing
