@@ -197,8 +197,10 @@ def test_warmup_gate_ends_by_steps_however_slow_the_machine(tmp_path, monkeypatc
             if clock:
                 m.setattr(loop, "time", clock)
             warmup_train.main()
-        read = lambda name: json.loads((tmp_path / "reports" / name).read_text())  # noqa: E731
-        return read("warmup.json"), read("warmup_facts.json")
+        reports = tmp_path / "reports"
+        return tuple(
+            json.loads((reports / name).read_text()) for name in ("warmup.json", "warmup_facts.json")
+        )
 
     fast, _ = run(None, None)
     slow, slow_facts = run(None, SlowClock(minutes=2.0))
