@@ -58,6 +58,8 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "beam5_vs_ct2_int8": "beam5_sent_s / ct2_int8_beam5_sent_s",
     "train_peak_rss_mb": "peak RSS (MB) of a process running our training steps (default config)",
     "decode_peak_rss_mb": "peak RSS (MB) of a process running beam-5 decoding",
+    "shared_cpu_busy_vs_alone_all_cores": "training tok/s beside one busy process / alone, one thread per core (bench.shared_cpu)",
+    "shared_cpu_busy_vs_alone_for_load": "the same with threads chosen for the load (pipeline.training.threads)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Load test of the served model: a real `mlflow models serve` on 127.0.0.1, concurrent clients
+"""Load test of the served model: a real `pipeline.serving.server` on 127.0.0.1, concurrent clients
 for a fixed time.
 
     python -m bench.serve_load --model-uri "models:/multi30k-en-de-transformer@candidate" \
@@ -9,7 +9,7 @@ Each client posts the next sentences of the split (`--batch` per request) until 
 one request at a time. Prints and merges into `reports/bench.json` under `serve_load`: requests,
 errors (any answer but a 200 with one prediction per input, or no answer), sentences/s over the
 whole run, and the p50/p99 request latency in milliseconds. The tracking URI is the environment's
-(`MLFLOW_TRACKING_URI`), as for `mlflow models serve` itself.
+(`MLFLOW_TRACKING_URI`), as for the server itself.
 """
 
 from __future__ import annotations

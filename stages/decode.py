@@ -7,7 +7,9 @@ Reads params `decode`, `serve` (the request limits logged with the pyfunc), `tra
 through `pipeline.serving.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
 files (splits the target language lacks are skipped, with a message); the time-machine table only for
 German (the tutorial's outputs are German; otherwise the file says so). When `train.run_id_file` names an
-MLflow run, logs them and registers the pyfunc with the alias `candidate`. The robustness figures
+MLflow run, logs them (the translations as `<split>.hyp.<tgt_lang>.txt`, which MLflow's artifact
+browser shows), registers the pyfunc with the alias `candidate` and describes that version
+(`pipeline.tracking.registry.describe_version`). The robustness figures
 (`pipeline.ops.robustness`: the pass count of `robustness_tsv`, the BLEU of the upper-cased
 test_2016_flickr source) go to `robustness_json` (a DVC metrics file) and `robustness_failures_json`.
 """
@@ -31,7 +33,8 @@ from pipeline.data.tokenizer import model_file
 from pipeline.ops import robustness
 from pipeline.serving.engine import Engine
 from pipeline.serving.translator import load_translator, translate_lines
-from pipeline.tracking.runs import TRANSLATIONS_ARTIFACTS, run_of
+from pipeline.tracking.registry import describe_version
+from pipeline.tracking.runs import run_of, translation_artifact
 
 ROBUSTNESS_SPLIT = "test_2016_flickr"  # its upper-cased source is the casing figure
 
@@ -62,10 +65,13 @@ def main() -> None:
 
         tracker.log_artifact(time_machine_md, "reports")
         for split in splits:
-            tracker.log_artifact(tr.translation_path(out_dir, split, tgt), TRANSLATIONS_ARTIFACTS)
+            text = tr.translation_path(out_dir, split, tgt).read_text(encoding="utf-8")
+            tracker.log_text(text, translation_artifact(split, tgt))
         config = {**cfg.settings(), "max_len": max_len, **params.serve.model_dump()}
         name = params.mlflow.model_name
         version = log_translator(tracker.run_id, model, spm_model, config, name)
+        decoding = f"beam {cfg.beam_size}, length penalty {cfg.length_penalty}"
+        describe_version(name, version, tracker.run_id, decoding)
         print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
 
 

@@ -6,8 +6,9 @@ Usage: `python -m stages.incoming` (paths: `incoming.*` in params.yaml). Reads t
 and writes `out_jsonl` (train pairs, then the new ones) and `metrics_json` (files, pairs_read,
 dropped_leak, dropped_dup, added, train_pairs). An absent or empty `in_dir` gives exactly the
 train split. A bad file is a one-line error and nothing is written. Each other entry of
-`in_dir` (not a `*.tsv` file: `NEW.TSV`, a directory, a broken link, ...) gets one warning
-line on stderr, naming it and why it is ignored.
+`in_dir` (not a `*.tsv` file: `NEW.TSV`, a directory, a symbolic link, ...) gets one warning
+line on stderr, naming it and why it is ignored. (Under DVC a broken link never gets that far:
+DVC cannot hash the folder; the flow names it before any stage runs.)
 """
 
 from __future__ import annotations

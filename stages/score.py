@@ -28,6 +28,7 @@ from pipeline.data.translations import (
     write_absent,
     write_scores,
 )
+from pipeline.tracking.registry import tag_candidate
 from pipeline.tracking.runs import flatten, run_of
 
 
@@ -57,8 +58,6 @@ def main() -> None:
     for path in [*(scores_path(scores_dir, split) for split in metrics), facts_json]:
         tracker.log_artifact(path, "reports")
     if tracker.run_id:
-        from pipeline.tracking.registry import tag_candidate  # imports mlflow: only when tracking
-
         version = tag_candidate(params.mlflow.model_name, tracker.run_id, flat)
         if version:
             print(f"score: tagged MLflow model {params.mlflow.model_name} v{version} with the scores")

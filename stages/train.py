@@ -50,8 +50,8 @@ def main() -> None:
                                       spm_sha256=model_sha256(spm_model))  # fmt: skip
             if world.is_main and params.mlflow.enabled:
                 fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
-                run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, device)
-                run.tracker.log_params({f"train.init_from_{k}": v for k, v in (init_from or {}).items()})
+                start = tracking.TrainStart(run.data_id, len(pairs), str(device), init_from)
+                run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, start)
             with tracking.finishing(run.tracker):
                 progress = training.train(model, pairs, bleu, cfg.optim, run)
                 if world.is_main:

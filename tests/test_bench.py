@@ -163,6 +163,22 @@ def test_batch_tokens_names_a_size_with_too_few_batches(workspace: Path) -> None
         assert last_error(done).endswith("give two or more positive integers, smallest first"), bad
 
 
+def test_shared_cpu_measures_four_conditions(workspace: Path) -> None:
+    """Alone and beside a busy process, with every core and with threads for the load."""
+    args = ["--steps", "1", "--warmup", "1", "--rounds", "1"]
+    bench("bench.shared_cpu", *common_args(workspace, "shared"), *args)
+    data = json.loads((workspace / "shared" / "bench.json").read_text())
+    assert_positive(data, ["shared_cpu_busy_vs_alone_all_cores", "shared_cpu_busy_vs_alone_for_load"])
+    rows = [(row["load"], row["threads"]) for row in data["shared_cpu_detail"]]
+    assert rows == [
+        ("alone", "all cores"),
+        ("alone", "for load"),
+        ("busy", "all cores"),
+        ("busy", "for load"),
+    ]
+    assert all(row["tok_s"] > 0 and row["threads_used"] for row in data["shared_cpu_detail"])
+
+
 def test_a_benchmark_reports_a_missing_input_in_one_line(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"tokenizer": {"out_dir": str(tmp_path / "no_spm")}}))

@@ -3,10 +3,12 @@ tiny repository (the real `incoming` stage and a stand-in `train`) under Prefect
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ import yaml
 from datasets import Dataset, DatasetDict
 
 from pipeline.data.multi30k import save_dataset_dict
-from pipeline.ops.flow import deployment, describe_case, main
+from pipeline.ops.flow import deployment, describe_case, main, outcome_tags, summary_markdown
+from pipeline.ops.promotion import Comparison, decide
 
 REPO = Path(__file__).resolve().parents[1]
 COUNTS = {"files": 1, "pairs_read": 3, "dropped_leak": 1, "dropped_dup": 0, "added": 2, "train_pairs": 5}
@@ -42,6 +45,42 @@ def test_case_files_changed_but_not_the_training_set() -> None:
 
 def test_case_retrained_for_another_reason() -> None:
     assert describe_case({"incoming": "skipped", "train": "ran"}, None).startswith("no new data, but")
+
+
+KEPT = decide(Comparison(champion_bleu=40.0, candidate_bleu=39.0, p_value=0.01), "2", "1", 0.05)
+PROMOTED = decide(Comparison(champion_bleu=40.0, candidate_bleu=42.0, p_value=0.01), "2", "1", 0.05)
+
+
+@pytest.mark.parametrize(
+    ("stages", "decision", "tags"),
+    [
+        ({"incoming": "ran", "train": "ran"}, PROMOTED, ["retrained", "promoted"]),
+        ({"incoming": "ran", "train": "ran"}, KEPT, ["retrained", "kept"]),
+        ({"incoming": "ran", "train": "ran"}, None, ["retrained"]),  # MLflow disabled
+        ({"incoming": "skipped", "train": "ran"}, KEPT, ["retrained", "no-new-data", "kept"]),
+        ({"incoming": "ran", "train": "skipped"}, KEPT, ["no-new-data"]),  # the champion was not challenged
+        ({"incoming": "skipped", "train": "skipped"}, PROMOTED, ["no-new-data", "promoted"]),
+    ],
+)
+def test_tags_say_what_the_run_did(stages: dict, decision, tags: list[str]) -> None:
+    assert outcome_tags(stages, decision) == tags
+
+
+def test_summary_has_the_decision_scores_and_counts() -> None:
+    stages = {"download": "skipped", "incoming": "ran", "train": "ran"}
+    summary = summary_markdown("new data (2 new pairs ...): retrained", KEPT, COUNTS, stages)
+    assert summary.startswith(f"**{KEPT.message}**\n")
+    for row in ("| candidate BLEU (val) | 39.00 |", "| champion BLEU (val) | 40.00 |",
+                "| paired bootstrap p | 0.0100 |", "| incoming added | 2 |", "| incoming dropped leak | 1 |",
+                "| stages ran | incoming, train |", "| stages skipped | download |"):  # fmt: skip
+        assert f"\n{row}\n" in summary
+
+
+def test_summary_of_equal_scores_gives_no_p() -> None:
+    equal = decide(Comparison(champion_bleu=0.0, candidate_bleu=0.0, p_value=0.001), "2", "1", 0.05)
+    assert equal.message == "kept champion v1 (equal scores: v2 BLEU 0.00, champion v1 0.00)"
+    summary = summary_markdown("new data: retrained", equal, None, {"train": "ran"})
+    assert "| paired bootstrap p | none: equal scores |" in summary and "0.001" not in summary
 
 
 @pytest.mark.parametrize(("on_overlap", "strategy"), [("skip", "CANCEL_NEW"), ("wait", "ENQUEUE")])
@@ -136,6 +175,89 @@ def test_flow_fails_on_a_bad_incoming_file(tiny_repo: Path, harness, monkeypatch
     assert state.is_failed()
     with pytest.raises(RuntimeError, match=r"(?s)stage incoming failed .*zz_bad\.tsv: line 1: expected 2"):
         state.result()
+
+
+def flow_run_record(state) -> tuple:
+    """(flow run, {task run name: its state name}, its artifacts) from the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(run_id)
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+        found = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+        artifacts = client.read_artifacts(artifact_filter=found)
+    return run, {task.name: task.state.name for task in tasks}, artifacts
+
+
+@pytest.mark.slow
+def test_flow_run_says_what_happened(tiny_repo: Path, harness, monkeypatch) -> None:
+    """What the Prefect UI shows of a run: its name and tags, its summary artifact (equal scores:
+    no p), and skipped stages under their own state name."""
+    from pipeline.ops import promotion
+    from pipeline.ops.flow import SUMMARY_KEY, pipeline_flow
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    equal = decide(Comparison(champion_bleu=0.0, candidate_bleu=0.0, p_value=0.001), "2", "1", 0.05)
+    monkeypatch.setattr(promotion, "promote", lambda *args: equal)
+    params, new = tiny_repo / "params.yaml", tiny_repo / "data/incoming/horse.tsv"
+    before = params.read_text()
+    params.write_text(yaml.safe_dump({"mlflow": {"enabled": True}}))
+    new.write_text("A horse.\tEin Pferd.\n")  # new to the training set, whichever test ran before
+    try:
+        retrained = pipeline_flow(repo=str(tiny_repo), return_state=True)
+        unchanged = pipeline_flow(repo=str(tiny_repo), return_state=True)
+    finally:
+        params.write_text(before)
+        new.unlink()
+
+    run, tasks, artifacts = flow_run_record(retrained)
+    started = f"manual {run.expected_start_time.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    assert run.name == f"{started}: retrained, kept" and sorted(run.tags) == ["kept", "retrained"]
+    assert tasks["incoming"] == tasks["train"] == "Completed"
+    [summary] = artifacts
+    assert summary.key == SUMMARY_KEY and summary.type == "markdown" and summary.description == run.name
+    assert summary.data.startswith(f"**{equal.message}**") and "equal scores" in equal.message
+    added = json.loads((tiny_repo / "reports/incoming.json").read_text())["added"]  # the horse, maybe a bird
+    assert f"| incoming added | {added} |" in summary.data and "0.001" not in summary.data
+
+    run, tasks, artifacts = flow_run_record(unchanged)
+    assert run.name.endswith(" UTC: no new data") and run.tags == ["no-new-data"]
+    assert tasks["incoming"] == tasks["train"] == "Skipped"
+    assert "| stages skipped | incoming, train |" in artifacts[0].data
+
+
+@pytest.mark.slow
+def test_a_broken_incoming_link_stops_the_flow_before_dvc(tiny_repo: Path, harness, monkeypatch) -> None:
+    """DVC cannot hash a folder holding a broken link (its own message: "unexpected error"); the
+    flow names every such link, hidden ones (Emacs' lock files) too, before any stage runs."""
+    from pipeline.core.errors import DataError
+    from pipeline.ops.flow import pipeline_flow
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    links = [tiny_repo / "data/incoming/gone.tsv", tiny_repo / "data/incoming/.#new.tsv"]
+    for link in links:
+        link.symlink_to(tiny_repo / "nowhere.tsv")
+    try:
+        status = subprocess.run(["dvc", "status", "incoming"], cwd=tiny_repo, capture_output=True, text=True)
+        state = pipeline_flow(repo=str(tiny_repo), return_state=True)
+    finally:
+        for link in links:
+            link.unlink()
+    assert status.returncode != 0 and "unexpected error" in status.stdout + status.stderr
+    assert state.is_failed()
+    with pytest.raises(
+        DataError, match=r"^data/incoming/\.#new\.tsv, data/incoming/gone\.tsv: broken symbolic link"
+    ):
+        state.result()
+    _, tasks, _ = flow_run_record(state)
+    assert "incoming" not in tasks  # no stage task started
 
 
 # ---------------------------------------------------------------- streamed output, DVC's status
@@ -247,14 +369,29 @@ def test_is_stale_reads_dvc_status_json(scratch_dvc: Path) -> None:
         is_stale("nosuch", str(scratch_dvc))
 
 
+def task_state_name(state) -> str:
+    """The name of a task run's state as the Prefect API (and so the UI) holds it."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_run(state.state_details.task_run_id).state.name
+
+
 @pytest.mark.slow
 def test_run_stage_ran_then_skipped_then_forced(scratch_dvc: Path, harness) -> None:
+    """A skipped stage's task has its own state name; DVC's hints stay out of the task's log."""
     from pipeline.ops.flow import run_stage
 
-    assert run_stage("copy", str(scratch_dvc)) == "ran"
+    ran = run_stage("copy", str(scratch_dvc), return_state=True)
+    assert ran.result() == "ran" and task_state_name(ran) == "Completed"
     assert (scratch_dvc / "out.txt").read_text() == "a\n"
-    assert run_stage("copy", str(scratch_dvc)) == "skipped"
-    assert run_stage("copy", str(scratch_dvc), force=True) == "ran"
+    logs = [log.message for log in task_run_logs(ran.state_details.task_run_id)]
+    assert "Running stage 'copy':" in logs and logs[-1] == "stage copy: ran"
+    assert not [line for line in logs if "git add" in line or "autostage" in line or "dvc push" in line]
+    skipped = run_stage("copy", str(scratch_dvc), return_state=True)
+    assert skipped.result() == "skipped" and task_state_name(skipped) == "Skipped"
+    assert skipped.is_completed() and skipped.message == "stage copy: unchanged, skipped"
+    assert run_stage("copy", str(scratch_dvc), force=True).result() == "ran"
 
 
 def task_run_logs(task_run_id) -> list:

@@ -13,6 +13,7 @@ from datasets import Dataset, DatasetDict
 
 from pipeline.core.errors import DataError
 from pipeline.data.incoming import (
+    broken_links,
     ignored_entries,
     incoming_files,
     merge,
@@ -119,14 +120,29 @@ def test_ignored_entries_are_named_with_why(tmp_path: Path) -> None:
     (tmp_path / "broken.tsv").symlink_to(tmp_path / "nowhere.tsv")
     for name in ("NEW.TSV", "notes.txt", "good.tsv", "README.md", ".gitkeep", ".new.tsv.swp"):
         (tmp_path / name).write_text("A man.\tEin Mann.\n")
+    (tmp_path / "linked.tsv").symlink_to(tmp_path / "good.tsv")  # Git would commit the link only
     assert [p.name for p in incoming_files(tmp_path)] == ["good.tsv"]
     assert [(p.name, why) for p, why in ignored_entries(tmp_path)] == [
         ("NEW.TSV", "the name must end in .tsv, lower case"),
         ("broken.tsv", "a broken symbolic link"),
+        ("linked.tsv", "a symbolic link"),
         ("notes.txt", "not a *.tsv file"),
         ("x.tsv", "a directory"),
     ]
     assert ignored_entries(tmp_path / "absent") == []
+
+
+def test_broken_links_at_any_depth_hidden_or_looping(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "good.tsv").write_text("A man.\tEin Mann.\n")
+    (tmp_path / "linked.tsv").symlink_to(tmp_path / "good.tsv")  # resolves: DVC hashes its target
+    (tmp_path / "gone.tsv").symlink_to(tmp_path / "nowhere.tsv")
+    (tmp_path / ".#good.tsv").symlink_to("user@host.1234")  # an Emacs lock file
+    (tmp_path / "sub/loop").symlink_to(tmp_path / "sub/loop")
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "sub", target_is_directory=True)  # not walked twice
+    assert broken_links(tmp_path) == [tmp_path / ".#good.tsv", tmp_path / "gone.tsv", tmp_path / "sub/loop"]
+    assert broken_links(tmp_path / "sub") == [tmp_path / "sub/loop"]
+    assert broken_links(tmp_path / "absent") == []
 
 
 def test_merged_file_round_trips_tabs_and_line_separators(tmp_path: Path) -> None:
@@ -198,11 +214,14 @@ def test_stage_warns_once_per_ignored_entry_and_writes_the_same(repo: Path, caps
     assert capsys.readouterr().err == ""
     (repo / "data/incoming/NEW.TSV").write_text("A boy swims.\tEin Junge schwimmt.\n")
     (repo / "data/incoming/b.tsv").mkdir()
+    (repo / "elsewhere.tsv").write_text("A boy swims.\tEin Junge schwimmt.\n")
+    (repo / "data/incoming/c.tsv").symlink_to(repo / "elsewhere.tsv")
     assert run_stage(repo) == (merged, counts)  # the same bytes and numbers-only counts
     out = capsys.readouterr()
     assert out.err.splitlines() == [
         "warning: data/incoming/NEW.TSV: ignored (the name must end in .tsv, lower case)",
         "warning: data/incoming/b.tsv: ignored (a directory)",
+        "warning: data/incoming/c.tsv: ignored (a symbolic link)",
     ]
     assert "incoming: 1 file(s)" in out.out
 

@@ -11,6 +11,8 @@ from pipeline.core.config import PromotionConfig, load_params
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.ops.promotion import (
     ROLLED_BACK_TAG,
+    Comparison,
+    decide,
     paired_bootstrap,
     promote,
     rollback,
@@ -78,6 +80,21 @@ def test_scores_are_sacrebleu_corpus_bleu() -> None:
     cmp = paired_bootstrap(REFS, CHAMPION, CLEARLY_BETTER, n_samples=50)
     assert cmp.champion_bleu == pytest.approx(score(CHAMPION, REFS)["bleu"])
     assert cmp.candidate_bleu == pytest.approx(score(CLEARLY_BETTER, REFS)["bleu"])
+
+
+@pytest.mark.parametrize(
+    ("cmp", "message"),
+    [
+        (Comparison(40.0, 42.0, 0.01), "promoted: v2 BLEU 42.00 vs champion v1 40.00, paired bootstrap p = 0.0100 < 0.05"),
+        (Comparison(40.0, 40.3, 0.2), "kept champion v1 (v2 BLEU 40.30 vs champion v1 40.00, paired bootstrap p = 0.2000: p >= 0.05)"),
+        (Comparison(40.0, 38.0, 0.001), "kept champion v1 (v2 BLEU 38.00 vs champion v1 40.00, paired bootstrap p = 0.0010: lower)"),
+        (Comparison(0.0, 0.0, 0.001), "kept champion v1 (equal scores: v2 BLEU 0.00, champion v1 0.00)"),
+        (Comparison(40.001, 40.004, 0.001), "kept champion v1 (equal scores: v2 BLEU 40.00, champion v1 40.00)"),
+    ],
+)  # fmt: skip
+def test_decision_line_states_the_scores_and_why(cmp: Comparison, message: str) -> None:
+    decision = decide(cmp, "2", "1", 0.05)
+    assert decision.message == message and decision.promoted == message.startswith("promoted")
 
 
 def test_lengths_must_match() -> None:
@@ -160,9 +177,20 @@ def test_worse_candidate_is_kept_out_of_service(registry) -> None:
     promote(name, REFS)
     worse = add(CLEARLY_WORSE)
     decision = promote(name, REFS)
-    assert not decision.promoted and "not higher" in decision.message
+    assert not decision.promoted and decision.message.endswith(": lower)")
     assert champion_of(client, name) == first
     assert client.get_model_version(name, worse).tags["promotion.decision"] == "kept"
+
+
+def test_equal_scores_keep_the_champion_without_a_p(registry) -> None:
+    client, name, add = registry
+    first = add(CHAMPION)
+    promote(name, REFS)
+    again = add(CHAMPION)  # another training run, the same translations
+    decision = promote(name, REFS)
+    assert decision.message.startswith(f"kept champion v{first} (equal scores: v{again} BLEU")
+    assert "p =" not in decision.message and champion_of(client, name) == first
+    assert client.get_model_version(name, again).tags["promotion.decision"] == "kept"
 
 
 def test_missing_translations_is_a_one_line_error(registry) -> None:

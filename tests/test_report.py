@@ -14,7 +14,7 @@ import yaml
 from datasets import Dataset, DatasetDict
 from matplotlib.image import imread
 
-from pipeline.core.config import ModelConfig, Params, TokenizerConfig
+from pipeline.core.config import MlflowConfig, ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import DataError
 from pipeline.core.metrics import bleu_by_length, score, split_scores
 from pipeline.data import time_machine as tm
@@ -25,7 +25,10 @@ from pipeline.data.translations import read_scores, translation_path, write_scor
 from pipeline.model.attention_maps import attention_map, cross_attention
 from pipeline.model.transformer import Transformer
 from pipeline.ops.report.figures import ATTENTION_FIGSIZE, DPI, FIGSIZE
+from pipeline.ops.report.inputs import ReportInputs, registry_entries
+from pipeline.ops.report.page import final_model_sentence, model_lines
 from pipeline.ops.robustness import RobustnessResult, write_figures
+from pipeline.tracking import runs as tracking
 from pipeline.tracking.runs import git_commit, read_run_id
 from pipeline.training import checkpoint
 
@@ -200,7 +203,7 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
         "threads": 1,
         "torch": torch.__version__,
         "cpu": "x86_64",
-        "final_model": {"source": "best", "val_bleu": 27.9},
+        "final_model": {"source": "best", "candidates": {"best": 27.9, "average_last_2": 27.45}},
     }
     paths["train_summary"].write_text(json.dumps(summary))
     paths["train_facts"].write_text(json.dumps(facts))
@@ -219,7 +222,7 @@ def image_size(path: Path) -> tuple[int, int]:
     return pixels.shape[1], pixels.shape[0]
 
 
-def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypatch) -> None:
+def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypatch, mlflow_db: str) -> None:
     from stages import report as stage
 
     paths = write_fake_run(tmp_path, tok)
@@ -263,8 +266,73 @@ def test_stage_writes_page_and_figures(tok: Tokenizer, tmp_path: Path, monkeypat
         and "| >20 | 2 |" in page
     )
     assert "[train_log.csv](train_log.csv)" in page and "dvc plots show" in page
+    final = (
+        "`best.pt` (the best validation), chosen on greedy val BLEU (27.90) over the average of the last 2"
+    )
+    assert f"Final weights: {final} step checkpoints (27.45)." in page
+    assert "- Not tracked: no MLflow run, no registered version." in page
     assert re.search(r"\[time_machine.md\]\(time_machine.md\): mean chrF\s+\d+\.\d as is, \d+\.\d", page)
 
     paths["mlflow_run_id"].write_text("abc123\n")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
     stage.main()
-    assert "`abc123`" in paths["report_md"].read_text(encoding="utf-8")
+    page = paths["report_md"].read_text(encoding="utf-8")
+    assert "`abc123`" in page
+    assert "- MLflow run `abc123` has no version of `multi30k-en-de-transformer` in this database." in page
+
+
+# --------------------------------------------------------------------------- the model and its registry entry
+
+
+def test_final_model_choice_reads_as_a_sentence() -> None:
+    choice = {"source": "average_last_4", "candidates": {"best": 40.51, "average_last_4": 40.93, "ema": 40.8}}
+    assert final_model_sentence(choice) == (
+        "the average of the last 4 step checkpoints, chosen on greedy val BLEU (40.93) over "
+        "`best.pt` (the best validation) (40.51) and the moving average of the weights (40.80)"
+    )
+    assert final_model_sentence(None) == "–"
+
+
+@pytest.fixture(scope="module")
+def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A temporary sqlite tracking URI shared by this module's tests (creating one costs seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def test_page_names_the_runs_version_its_aliases_and_the_promotion(monkeypatch, mlflow_db: str) -> None:
+    """A champion v1 from an older run; this run's v2 is the candidate the flow did not promote."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    client, name = tracking.client(), "report-test"
+    exp_id = tracking.experiment_id("report-test")
+    older, ours = (client.create_run(exp_id).info.run_id for _ in range(2))
+    client.create_registered_model(name)
+    for run_id in (older, ours):
+        client.create_model_version(name, "file:///nowhere", run_id=run_id)
+    client.set_registered_model_alias(name, "champion", "1")
+    client.set_model_version_tag(name, "1", "promotion.decision", "promoted")
+    client.set_model_version_tag(name, "1", "promotion.time", "2026-12-01T09:00:00+00:00")
+    client.set_registered_model_alias(name, "candidate", "2")
+    promotion = {"decision": "kept", "time": "2026-12-02T13:05:00+00:00", "champion_version": "1",
+                 "bleu_candidate": "40.1000", "bleu_champion": "40.9000", "p_value": "0.8100", "p_threshold": "0.05"}  # fmt: skip
+    for key, value in promotion.items():
+        client.set_model_version_tag(name, "2", f"promotion.{key}", value)
+    params = Params(mlflow=MlflowConfig(model_name=name))
+
+    versions, champion = registry_entries(params, ours)
+    inputs = ReportInputs({}, {}, [], [], [], "val", [], [], [], mlflow_run_id=ours, versions=versions,
+                          champion=champion)  # fmt: skip
+    assert model_lines(inputs, name) == [
+        "`report-test` v2 (aliases `candidate`): the champion was kept on 2026-12-02: val BLEU 40.10 "
+        "against champion v1's 40.90, paired bootstrap p = 0.8100",
+        "The champion is v1, another run's model.",
+    ]
+    versions, champion = registry_entries(params, older)
+    inputs = ReportInputs({}, {}, [], [], [], "val", [], [], [], mlflow_run_id=older, versions=versions,
+                          champion=champion)  # fmt: skip
+    assert model_lines(inputs, name) == [
+        "`report-test` v1 (aliases `champion`): promoted to champion on 2026-12-01, the first champion"
+    ]
+    assert registry_entries(params.model_copy(update={"mlflow": MlflowConfig(enabled=False)}), ours) == (
+        None,
+        None,
+    )

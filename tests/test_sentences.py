@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.core.config import DecodeConfig
 from pipeline.data.placeholders import PLACEHOLDERS
-from pipeline.serving.sentences import clean, split_between_spans, split_long, split_sentences
+from pipeline.serving.sentences import clean, cut_word, split_between_spans, split_long, split_sentences
 from pipeline.serving.spans import find_spans
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +53,33 @@ def test_split_long_prefers_punctuation() -> None:
     assert split_long("a b c d, e f g h, i j", lambda w: 1, 5) == ["a b c d,", "e f g h,", "i j"]
     assert split_long("a b c d e f g", lambda w: 1, 3) == ["a b c", "d e f", "g"]
     assert split_long("a b", lambda w: 1, 5) == ["a b"]
+
+
+def pieces(text: str) -> int:
+    """A stand-in tokenizer's count: a word-boundary piece per word, then one per character."""
+    return sum(1 + len(word) for word in text.split())
+
+
+def test_a_word_over_the_limit_is_cut_into_runs_that_fit() -> None:
+    word = "x" * 1000
+    chunks = split_long(f"A {word} b,", pieces, 50)
+    assert all(pieces(c) <= 50 for c in chunks)
+    assert "".join(chunks).replace(" ", "") == f"A{word}b,"
+    assert chunks[0] == "A" and chunks[-1] == "x" * 20 + " b,"  # runs of 49: as long as fits
+    assert len(chunks) == 22
+
+
+def test_a_word_is_never_cut_inside_a_placeholder() -> None:
+    word = "x" * 47 + PLACEHOLDERS[0] + "x" * 100  # 50 characters hold `｟1` at 48-49: cut before it
+    runs = cut_word(word, pieces, 50)
+    assert runs[0] == "x" * 47 and runs[1].startswith(PLACEHOLDERS[0])
+    assert "".join(runs) == word and all(pieces(r) <= 50 for r in runs)
+
+
+def test_a_character_over_the_limit_is_a_run_of_its_own() -> None:
+    assert cut_word("abc", lambda text: 5 * len(text), 3) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="at least 1"):
+        split_long("a b", pieces, 0)
 
 
 def test_a_long_span_list_is_cut_between_spans_never_inside_one() -> None:

@@ -1,5 +1,6 @@
 """The MLflow pyfunc on a tiny model: its signature and input example, params per request, and a
-real `mlflow models serve` process on 127.0.0.1 answering good and bad requests."""
+real server process (`python -m pipeline.serving.server`) on 127.0.0.1 answering good and bad
+requests (every kind of bad request: tests/test_served_errors.py)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_params_per_request(logged, monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def server(logged):
-    """A real `mlflow models serve` of the logged model on 127.0.0.1 (one worker); its port."""
+    """A real server process of the logged model on 127.0.0.1 (one worker); its port."""
     model_uri, uri = logged
     with served(model_uri, os.environ | {"MLFLOW_TRACKING_URI": uri}) as port:
         yield port
@@ -101,11 +102,13 @@ def test_served_model_answers_and_rejects_bad_requests(server) -> None:
         b'{"inputs": ["A dog."], "params": {"n_best": 9}}',
         b'{"inputs": ["A dog."], "params": {"beam_size": "five"}}',
         b'{"inputs": [',
+        b'{"inputs": ["A \\ud800 dog."]}',  # valid JSON, a lone surrogate: not text
+        b"",
     ]
     for body_bytes in bad:
         status, body = post(server, body_bytes)
         assert 400 <= status < 500 and body.get("message"), (body_bytes, status, body)
-        assert "stack_trace" not in body and "Traceback" not in body["message"], body
+        assert set(body) == {"error_code", "message"} and "\n" not in body["message"], body
     status, body = post(server, b'{"inputs": ["A dog."]}')
     assert status == 200 and len(body["predictions"]) == 1  # still up
 

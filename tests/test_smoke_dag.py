@@ -167,14 +167,17 @@ def test_mlflow_run_has_params_tags_step_metrics_and_test_metrics(tracked):
 
     client, run = tracked
     assert run.data.params["train.model.d_model"] == "32"
-    assert run.data.params["decode.beam_size"] == "2"
+    assert run.data.params["beam_size"] == "2"  # the model's config, logged by decode; once
+    assert not [k for k in run.data.params if k.startswith(("decode.", "warmup_train."))]
     commit = run.data.tags[MLFLOW_GIT_COMMIT]  # MLflow's own tag; the scratch copy has no commit
     assert (len(commit) == 40 or commit == "unknown") and "git_commit" not in run.data.tags
-    assert len(run.data.tags["data.sha256.train.en.gz"]) == 64
+    pairs, digest = int(run.data.tags["data.pairs"]), run.data.tags["data.digest"]
+    assert run.info.run_name == f"dvc repro · {pairs:,} pairs {digest[:6]}" and 0 < pairs <= 500
+    assert run.data.tags["summary.steps"] == "60" and "steps" not in run.data.metrics
     history = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)] for k in
-               ("train_loss", "lr", "tokens_per_s", "val_loss", "val_bleu")}  # fmt: skip
-    assert history["train_loss"] == history["lr"] == history["tokens_per_s"] == [50]
-    assert history["val_loss"] == history["val_bleu"] == [30, 60]
+               ("train/loss", "train/lr", "train/tokens_per_s", "val/loss", "val/greedy_bleu")}  # fmt: skip
+    assert history["train/loss"] == history["train/lr"] == history["train/tokens_per_s"] == [50]
+    assert history["val/loss"] == history["val/greedy_bleu"] == [30, 60]
     for split in ("val", "test_2016_flickr", "test_2017_flickr"):
         for name in ("bleu", "chrf", "bleu_lc_tok"):
             assert 0.0 <= run.data.metrics[f"{split}.{name}"] <= 100.0
@@ -187,6 +190,8 @@ def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
     assert [f.path for f in client.list_artifacts(run.info.run_id, "model")] == ["model/model.pt"]
     reports = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "reports")}
     assert {"time_machine.md", "val.json", "train_summary.json"} <= reports
+    translations = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "reports/translations")}
+    assert translations == {f"{split}.hyp.de.txt" for split in SPLITS}  # .txt: the artifact browser shows it
 
 
 def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
@@ -198,6 +203,7 @@ def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     work, client, run = smoke[0], *tracked
     version = client.get_model_version_by_alias(MODEL_NAME, "candidate")
     assert version.run_id == run.info.run_id
+    assert version.tags["run"] == run.info.run_name and version.description.startswith("Trained by run `")
     assert float(version.tags["val.bleu"]) == pytest.approx(run.data.metrics["val.bleu"], abs=1e-3)
     sentences = ["A dog runs in the park.", "", "Two men are playing football on a field."]
     got = mlflow.pyfunc.load_model(f"models:/{MODEL_NAME}@candidate").predict(sentences)

@@ -1,5 +1,7 @@
-"""MLflow plumbing: where records go, params flattening, run names, git tags, the training set as
-a dataset input, which checkpoints are uploaded, and the champion promotion rule."""
+"""MLflow plumbing: where records go (and that a copied checkout keeps its own), params flattening,
+what a train run says about itself (name, description, params, summary tags, system metrics), git
+tags, the training set as a dataset input, which checkpoints are uploaded, the translations as
+previewable artifacts and the registered version's description."""
 
 from __future__ import annotations
 
@@ -9,21 +11,26 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
 import pytest
 from toy_train import PAD, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
-from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params
+from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params, TrainConfig
 from pipeline.model.transformer import Transformer
+from pipeline.tracking import describe, registry
 from pipeline.tracking import runs as tracking
-from pipeline.training.loop import RunContext, train
+from pipeline.training.loop import RunContext, save_final_model, train
 from pipeline.training.progress import ConsoleProgress
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT = "mlflow.source.git.commit"  # mlflow.utils.mlflow_tags.MLFLOW_GIT_COMMIT
 BRANCH = "mlflow.source.git.branch"  # MLFLOW_GIT_BRANCH
+NOTE = "mlflow.note.content"  # MLFLOW_RUN_NOTE: the run's description in the UI
+SOURCE = "mlflow.source.name"  # MLFLOW_SOURCE_NAME: the UI's Source column
+TRIGGER_VARS = ("MT_RUN_TRIGGER", "DVC_EXP_NAME", "DVC_STAGE")
 
 
 def test_default_uri_is_the_absolute_repo_database_from_any_directory(monkeypatch, tmp_path):
@@ -50,6 +57,69 @@ def test_artifacts_sit_beside_a_sqlite_database():
     assert tracking.artifact_location("http://tracking:5000") is None
 
 
+LOG_INTO_CHECKOUT = """
+import sys
+from pathlib import Path
+from pipeline.tracking import runs as t
+
+if sys.argv[1] == "train":  # a train run in the checkout's default database, its id in run_id.txt
+    run_id = t.client().create_run(t.experiment_id("copied")).info.run_id
+    t.write_run_id(Path("run_id.txt"), run_id)
+else:  # a later stage adds to that run
+    tracker = t.run_of(Path("run_id.txt"), enabled=True)
+    tracker.log_text("scores", "reports/val.json")
+    if tracker.run_id:
+        print("LOGGED", tracker.run_id)
+"""
+
+
+def checkout_copy(tmp_path: Path, name: str) -> Path:
+    """A checkout of the `pipeline` package alone (its default database is `<it>/mlflow.db`)."""
+    root = tmp_path / name
+    shutil.copytree(REPO / "pipeline", root / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "log.py").write_text(LOG_INTO_CHECKOUT)
+    return root
+
+
+def run_in(checkout: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    out = subprocess.run(
+        [sys.executable, "log.py", *args], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_copied_checkout_never_writes_into_the_originals_artifacts(tmp_path):
+    """`cp -a` copies mlflow.db, whose experiment and runs name the original's `mlartifacts/`."""
+    original = checkout_copy(tmp_path, "original")
+    run_in(original, "train")
+    assert run_in(original, "score").startswith("LOGGED")
+    before = files_under(original / "mlartifacts")
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy, symlinks=True)
+
+    out = run_in(copy, "score")  # the original's run: nothing logged, and it says why
+    assert "outside this checkout" in out and "LOGGED" not in out
+    out = run_in(copy, "train") + run_in(copy, "score")  # a run of the copy's own
+    assert out.count("renamed it 'copied (artifacts in ") == 1 and out.count("LOGGED") == 1
+    assert files_under(original / "mlartifacts") == before
+    assert [p for p in files_under(copy / "mlartifacts") if p.endswith("reports/val.json")] != []
+    run_in(copy, "train")  # the experiment is the copy's own now: no message
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    assert (
+        MlflowClient(uri).get_experiment_by_name("copied").artifact_location
+        == (copy / "mlartifacts").as_uri()
+    )
+    assert tracking.foreign_artifacts((original / "mlartifacts" / "1").as_uri(), uri)
+
+
 def test_flatten_nested_params():
     tree = {"train": {"model": {"d_model": 256}, "max_len": 128}, "decode": {"beam_size": 5}}
     assert tracking.flatten(tree) == {"train.model.d_model": 256, "train.max_len": 128, "decode.beam_size": 5}
@@ -68,18 +138,56 @@ def test_run_id_file_round_trip(tmp_path):
 
 
 def test_mlflow_tag_names_are_mlflows_own():
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT
+    from mlflow.utils import mlflow_tags as tags
 
-    assert (COMMIT, BRANCH) == (MLFLOW_GIT_COMMIT, MLFLOW_GIT_BRANCH)
+    assert (COMMIT, BRANCH) == (tags.MLFLOW_GIT_COMMIT, tags.MLFLOW_GIT_BRANCH)
+    assert (NOTE, SOURCE) == (tags.MLFLOW_RUN_NOTE, tags.MLFLOW_SOURCE_NAME)
 
 
-def test_run_name_is_the_dvc_experiment_else_stage_and_short_commit(monkeypatch):
-    commit = "c1c3f4f0123456789abcdef0123456789abcdef0"
-    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    assert tracking.run_name("train", commit) == "train-c1c3f4f"
-    assert tracking.run_name("train", "unknown") == "train-unknown"
-    monkeypatch.setenv("DVC_EXP_NAME", "lr-sweep-3")
-    assert tracking.run_name("train", commit) == "lr-sweep-3"
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        ({}, "script"),
+        ({"DVC_STAGE": "train"}, "dvc repro"),
+        ({"DVC_STAGE": "train", "DVC_EXP_NAME": "lr-sweep-3"}, "dvc exp lr-sweep-3"),
+        ({"DVC_STAGE": "train", "MT_RUN_TRIGGER": "flow manual 13:05"}, "flow manual 13:05"),
+        ({"MT_RUN_TRIGGER": "flow 'quoted'"}, "flow quoted"),  # a quote would break MLflow's search filter
+    ],
+)
+def test_the_trigger_is_the_flows_variable_else_what_dvc_says(monkeypatch, env, want):
+    for name in TRIGGER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert describe.trigger() == want
+
+
+def test_run_names_say_trigger_and_data_and_taken_names_are_numbered():
+    name = describe.run_name("dvc repro", 29000, "3f2a1c9d" * 8)
+    assert name == "dvc repro · 29,000 pairs 3f2a1c"
+    assert describe.numbered(name, set()) == name
+    assert describe.numbered(name, {name, f"{name} (2)"}) == f"{name} (3)"
+
+
+def test_changes_list_what_differs_and_cut_after_the_limit():
+    before = {"train.optim.max_steps": "3200", "data.pairs": "480", "train.model.d_model": "256"}
+    after = before | {"train.optim.max_steps": "60", "data.pairs": "500", "train.seed": "1"}
+    assert describe.changes(before, after) == ["data.pairs 480 → 500", "train.optim.max_steps 3200 → 60",
+                                               "train.seed – → 1"]  # fmt: skip
+    assert describe.changes(before, after, limit=1) == ["data.pairs 480 → 500", "and 2 more"]
+    assert describe.changes(after, after) == []
+
+
+def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
+    params = Params()
+    logged = tracking.run_params(params)
+    assert {k.split(".")[0] for k in logged} == {"download", "tokenizer", "train"}  # no warmup_train, decode
+    assert not [k for k in logged if k.endswith(tracking.PATH_SUFFIXES) or k in tracking.NOT_SHAPING]
+    every = tracking.flatten(params.model_dump())
+    paths = {str(v) for k, v in every.items() if k.endswith(tracking.PATH_SUFFIXES)}
+    assert not paths & {str(v) for v in logged.values()}
+    assert logged["train.optim.peak_lr"] == 0.002 and logged["tokenizer.vocab_size"] == 8000
+    assert len(logged) == 3 + 3 + 3 + 9 + 17 + 2  # download, tokenizer, train (+ model, optim, dist)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -130,27 +238,92 @@ def tracked_params(mlflow_db, checkout, tmp_path, monkeypatch) -> Params:
     )
 
 
-@pytest.mark.parametrize("exp_name", [None, "lr-sweep-3"])
-def test_a_train_run_is_named_and_has_mlflows_git_tags(
-    tracked_params, checkout, tmp_path, monkeypatch, exp_name
+@pytest.fixture(autouse=True)
+def no_active_run():
+    """A train run's tracker is MLflow's active run (system metrics) until it finishes: end it after
+    a failed test, so that the next one can start its own."""
+    yield
+    import mlflow
+
+    mlflow.end_run()
+
+
+def start(data_id: str = "0123456789abcdef" * 4, n_pairs: int = 1234) -> tracking.TrainStart:
+    return tracking.TrainStart(data_id, n_pairs)
+
+
+def clear_triggers(monkeypatch) -> None:
+    for name in TRIGGER_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_train_run_has_git_source_and_data_tags_in_a_training_experiment(
+    tracked_params, checkout, tmp_path
 ):
-    if exp_name:
-        monkeypatch.setenv("DVC_EXP_NAME", exp_name)
-    else:
-        monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", "cpu")
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker.finish()
     run = tracker.client.get_run(tracker.run_id)
-    commit = git(checkout, "rev-parse", "HEAD")
-    assert run.info.run_name == (exp_name or f"train-{commit[:7]}")
-    assert run.data.tags[COMMIT] == commit and run.data.tags[BRANCH] == "study"
-    assert "git_commit" not in run.data.tags and run.data.tags["stage"] == "train"
+    assert run.data.tags[COMMIT] == git(checkout, "rev-parse", "HEAD") and run.data.tags[BRANCH] == "study"
+    assert run.data.tags[SOURCE] == "stages/train.py" and run.data.tags["stage"] == "train"
+    assert run.data.tags["data.pairs"] == "1234" and run.data.tags["data.digest"] == "0123456789ab"
+    assert len(run.data.tags["data.multi30k"]) == 12 and not [k for k in run.data.tags if "sha256" in k]
+    experiment = tracker.client.get_experiment(run.info.experiment_id)
+    assert experiment.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"  # "Machine learning"
+    assert experiment.tags[NOTE].startswith("Training runs of the English→German Transformer")
+
+
+def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_description(
+    tracked_params, checkout, tmp_path, monkeypatch
+):
+    """What the runs list and the run page show: the trigger and the data in the name, what changed
+    in the description; a repeated name gets a number."""
+    clear_triggers(monkeypatch)
+    monkeypatch.setenv("DVC_STAGE", "train")
+    client = tracking.client()
+    exp_id = tracking.experiment_id("same-commit")
+    params = tracked_params.model_copy(update={"mlflow": MlflowConfig(experiment="same-commit")})
+
+    def run_of(data_id: str, n_pairs: int):
+        out = tmp_path / data_id[:4]
+        tracker = tracking.start_train_run(params, out, "fingerprint", start(data_id, n_pairs))
+        tracker.finish()
+        return client.get_run(tracker.run_id)
+
+    repro = run_of("aaaa" * 16, 500)
+    monkeypatch.setenv("MT_RUN_TRIGGER", "flow manual 13:05")
+    retrain = run_of("bbbb" * 16, 520)
+    monkeypatch.delenv("MT_RUN_TRIGGER")
+    again = run_of("aaaa" * 16, 500)
+    names = [run.info.run_name for run in (repro, retrain, again)]
+    assert names == ["dvc repro · 500 pairs aaaaaa", "flow manual 13:05 · 520 pairs bbbbbb",
+                     "dvc repro · 500 pairs aaaaaa (2)"]  # fmt: skip
+    assert {r.info.run_name for r in client.search_runs([exp_id])} == set(names)
+    assert repro.data.tags[COMMIT] == retrain.data.tags[COMMIT]
+    assert (repro.data.tags["trigger"], retrain.data.tags["trigger"]) == ("dvc repro", "flow manual 13:05")
+    first, second = repro.data.tags[NOTE], retrain.data.tags[NOTE]
+    assert first.startswith("Training run started by `dvc repro` at commit")
+    assert "500 pairs of multi30k-en-de+incoming (a.tsv, b.tsv), digest `aaaaaaaaaaaa`" in first
+    assert "The first training run of this experiment." in first
+    assert second.startswith("Training run started by `flow manual 13:05`")
+    changed = "data.digest aaaaaaaaaaaa → bbbbbbbbbbbb; data.pairs 500 → 520"
+    assert f"Changed since `{names[0]}`: {changed}." in second
+
+
+def test_a_run_logs_each_shaping_param_once_and_no_warmup_or_paths(tracked_params, tmp_path):
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker.finish()
+    params = tracker.client.get_run(tracker.run_id).data.params
+    assert params == {k: str(v) for k, v in tracking.run_params(tracked_params).items()}
+    assert len(params) == 37 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
+    assert not [v for v in params.values() if "/" in v]  # no paths (the default incoming folder, ...)
 
 
 def test_the_training_set_is_the_runs_dataset_input(tracked_params, tmp_path):
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", "cpu")
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
     data_id = "0123456789abcdef" * 4
     tracker.log_training_set(data_id, 1234)
     tracker.log_training_set(data_id, 1234)  # a continued run logs it again: still one input
+    tracker.finish()
     inputs = tracker.client.get_run(tracker.run_id).inputs.dataset_inputs
     assert len(inputs) == 1
     dataset = inputs[0].dataset
@@ -159,6 +332,88 @@ def test_the_training_set_is_the_runs_dataset_input(tracked_params, tmp_path):
     profile = json.loads(dataset.profile)
     assert profile == {"num_rows": 1234, "data_id": data_id, "incoming_files": ["a.tsv", "b.tsv"]}
     assert {(t.key, t.value) for t in inputs[0].tags} == {("mlflow.data.context", "training")}
+
+
+def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params, tmp_path, monkeypatch):
+    """A toy training under a train run: step metrics have several points (line charts), the
+    summary is tags and a result paragraph (no one-point curves), system metrics are sampled."""
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
+    tracker = tracking.start_train_run(tracked_params, tmp_path, "fingerprint", start())
+    toy, out = pairs(), tmp_path / "out"
+    cfg = TrainConfig(out_dir=str(out), model_file=str(out / "model.pt"),
+                      optim=OptimConfig(**TOY_OPTIM | {"max_steps": 8}))  # fmt: skip
+    model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
+    run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
+    with tracking.finishing(tracker):
+        progress = train(model, toy, validation, cfg.optim, run)
+        save_final_model(model, progress, validation, cfg, run)
+        client, run_id = tracker.client, tracker.run_id
+        deadline = time.time() + 20  # the monitor samples every second: a fast toy run may end first
+        while "system/cpu_utilization_percentage" not in client.get_run(run_id).data.metrics:
+            assert time.time() < deadline, "no system metrics sampled in 20 s"
+            time.sleep(0.2)
+    logged = client.get_run(run_id).data
+    assert sorted(k for k in logged.metrics if not k.startswith("system/")) == ["score", "val/loss"]
+    for key in logged.metrics:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert len(steps) > 1 or steps == [0], f"{key}: a one-point curve at step {steps}"
+    assert logged.tags["summary.steps"] == "8" and logged.tags["summary.stopped_by"] == "max_steps"
+    summary = {"summary.minutes", "summary.parameters", "summary.final_val_bleu", "summary.final_model"}
+    assert summary <= set(logged.tags)
+    assert logged.tags[NOTE].split("\n\n")[-1].startswith("Result: final model ")
+    assert logged.tags[NOTE].count("Result: ") == 1
+
+
+def test_loop_names_become_mlflow_sections_of_step_curves(mlflow_db, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    run_id = tracking.client().create_run(tracking.experiment_id("tracking-test")).info.run_id
+    tracker = tracking.MlflowTracker(run_id)
+    tracker.log_metrics({"train_loss": 2.0, "lr": 1e-3, "tokens_per_s": 900.0}, step=50)
+    tracker.log_metrics({"val_loss": 1.5, "val_bleu": 12.5}, step=400)
+    tracker.log_metrics({"val.bleu": 30.1}, step=0)  # the score stage's final scores keep their names
+    assert set(tracker.client.get_run(run_id).data.metrics) == {
+        "train/loss", "train/lr", "train/tokens_per_s", "val/loss", "val/greedy_bleu", "val.bleu"}  # fmt: skip
+
+
+def test_translations_are_logged_with_a_previewable_name(mlflow_db, monkeypatch):
+    """MLflow's artifact browser previews `.txt` (not `.de`); runs logged before keep their names."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    client = tracking.client()
+    new, old = (client.create_run(tracking.experiment_id("tracking-test")).info.run_id for _ in range(2))
+    tracking.MlflowTracker(new).log_text("Ein Hund.\n", tracking.translation_artifact("val", "de"))
+    client.log_text(old, "Ein Hund.\n", "reports/translations/val.hyp.de")
+    listed = [f.path for f in client.list_artifacts(new, tracking.TRANSLATIONS_ARTIFACTS)]
+    assert listed == ["reports/translations/val.hyp.de.txt"]
+    assert tracking.logged_translation(new, "val", "de") == "reports/translations/val.hyp.de.txt"
+    assert tracking.logged_translation(old, "val", "de") == "reports/translations/val.hyp.de"
+
+
+def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_params, tmp_path, monkeypatch):
+    clear_triggers(monkeypatch)
+    monkeypatch.setenv("DVC_STAGE", "train")
+    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker.log_summary({"steps": 8, "epochs": 1, "minutes": 0.1, "final_val_bleu": 12.34,
+                         "final_model": "average_last_4", "stopped_by": "max_steps"})  # fmt: skip
+    tracker.finish()
+    client = tracker.client
+    client.create_registered_model("describe-test")
+    exp_id = client.get_run(tracker.run_id).info.experiment_id
+    model_id = client.create_logged_model(exp_id, "translator", tracker.run_id).model_id
+    source = f"models:/{model_id}"  # as `log_model(registered_model_name=...)` registers it
+    version = client.create_model_version("describe-test", source, run_id=tracker.run_id).version
+    registry.describe_version("describe-test", version, tracker.run_id, "beam 5, length penalty 2.2")
+    got = client.get_model_version("describe-test", version)
+    name = client.get_run(tracker.run_id).info.run_name
+    assert name.startswith("dvc repro · 1,234 pairs 012345")
+    assert got.tags == {"run": name, "trigger": "dvc repro"} | {
+        "data.pairs": "1234",
+        "data.digest": "0123456789ab",
+    }
+    logged_model = client.get_logged_model(model_id).tags  # the experiment's Models tab
+    assert logged_model["run"] == name and logged_model["registered_as"] == f"describe-test v{version}"
+    assert got.description.startswith(f"Trained by run `{name}` at commit `")
+    assert got.description.endswith("on 1,234 pairs (digest `0123456789ab`); final model average_last_4, "
+                                    "greedy val BLEU 12.34. Decoding: beam 5, length penalty 2.2.")  # fmt: skip
 
 
 def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):

@@ -63,6 +63,14 @@ def test_long_lines_are_prepared_in_seconds(tok: Tokenizer, line: str) -> None:
     assert "".join(s.text for s in sentences).replace(" ", "") == line.replace(" ", "")
 
 
+def test_a_word_longer_than_the_model_takes_is_cut_around_its_placeholders(tok: Tokenizer) -> None:
+    word = "".join("x" * 13 + mark for mark in "🙂🐕🙂🐕")  # emoji: spans, placeholders in the word
+    engine = Echo(tok)
+    [out] = translate_lines(engine, [f"A {word} b."], CFG, max_pieces=16)  # 15 pieces: ▁, 13 x, `｟`
+    assert len(engine.seen) > 4 and all(len(tok.encode(text)) <= 15 for text in engine.seen)
+    assert out.replace(" ", "") == f"A{word}b."  # every emoji back in its place
+
+
 def test_more_spans_than_placeholders_are_translated_in_parts(tok: Tokenizer) -> None:
     line = "There are " + ", ".join(f"{n} cats" for n in range(11, 31)) + "."
     sentences = prepare([line], tok)

@@ -248,6 +248,7 @@ class ReportConfig(Section):
 
     page_md: str = "reports/README.md"
     figures_dir: str = "reports/figures"
+    plots_template: str = "reports/plots_template.html"  # `dvc plots show`'s page (.dvc/config)
 
 
 class ServeConfig(Section):

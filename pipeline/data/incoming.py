@@ -6,9 +6,11 @@ language (`download.tgt_lang`; German by default) (a leading byte-order mark and
 control character; a field of invisible characters only (zero-width and other format characters,
 spaces) counts as empty. One bad line rejects the whole run (`DataError` naming the file and line),
 so nothing of a bad file is ever used. Files are read in name order; every other entry of the
-folder (a directory or broken link named `*.tsv`, `NEW.TSV`, `notes.txt`; hidden files and a
+folder (a directory or a symbolic link named `*.tsv`, `NEW.TSV`, `notes.txt`; hidden files and a
 README aside) is named in a warning on stderr (`ignored_entries`), so a misnamed file is not
-silently left out.
+silently left out. A symbolic link is never read: Git commits the link, not the file, so the data
+would differ between checkouts. A broken one (`broken_links`) also stops DVC from hashing the
+folder, before the stage can run.
 
 Filtering, in order, per pair: a pair whose English side matches an English sentence of val or any
 test split, or whose target side matches a target one, is dropped (no test leakage; matching is
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,12 +59,24 @@ class MergeCounts:
 
 
 def incoming_files(folder: str | Path) -> list[Path]:
-    """The `*.tsv` files directly in `folder`, sorted by name (hidden files ignored); [] when the
-    folder is absent."""
+    """The `*.tsv` files directly in `folder`, sorted by name (hidden files and symbolic links
+    ignored); [] when the folder is absent."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.glob(PATTERN) if p.is_file() and not p.name.startswith("."))
+    return sorted(
+        p for p in folder.glob(PATTERN) if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+    )
+
+
+def broken_links(folder: str | Path) -> list[Path]:
+    """The symbolic links in `folder`, at any depth and hidden ones too, whose target does not exist
+    or is a loop of links, sorted. DVC cannot hash a folder that holds one: `dvc status` and
+    `dvc repro` stop with "unexpected error" naming it. [] when the folder is absent."""
+    found = []
+    for root, dirs, files in os.walk(folder):  # does not descend into linked directories
+        found += [Path(root, name) for name in dirs + files if not Path(root, name).exists()]
+    return sorted(found)
 
 
 def ignored_entries(folder: str | Path) -> list[tuple[Path, str]]:
@@ -80,8 +95,8 @@ def _unlisted(path: Path) -> bool:
 
 
 def _why_ignored(path: Path) -> str:
-    if path.is_symlink() and not path.exists():
-        return "a broken symbolic link"
+    if path.is_symlink():
+        return "a symbolic link" if path.exists() else "a broken symbolic link"
     if path.is_dir():
         return "a directory"
     if not path.is_file():

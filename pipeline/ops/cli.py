@@ -66,7 +66,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compute-type", default="int8", help="CTranslate2 compute type: int8, float32, ...")
     p.add_argument(
-        "--attention", type=Path, default=None, help="save the first sentence's cross-attention PNG"
+        "--attention",
+        type=Path,
+        default=None,
+        help="save the cross-attention PNG of the first line of fewer than train.max_len pieces",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return p
@@ -217,6 +220,12 @@ def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engi
         raise ConfigError(f"--compute-type {args.compute_type}: {exc}") from None
 
 
+def drawable(engine: Engine, line: str, max_len: int) -> bool:
+    """Whether --attention can draw `line` in one piece: not blank, and fewer than `max_len`
+    pieces (the model's source maximum, eos included), so its attention map stays small."""
+    return bool(line.strip()) and len(engine.tokenizer.encode(line)) < max_len
+
+
 def check_attention_path(path: Path) -> None:
     """--attention must name a new or regular file in an existing folder (checked before translating).
 
@@ -241,18 +250,19 @@ def run(args: argparse.Namespace) -> Iterator[str]:
         raise ConfigError(f"--n-best: must be between 1 and the beam size {cfg.beam_size}")
     engine = load(args, params, run_device(args))
     check_beam_fits(cfg.beam_size, engine.tokenizer.vocab_size, args)
+    max_len = params.train.max_len
     first: tuple[str, str] | None = None
     number = 1
     for batch in input_batches(args.sentences):
-        translated = outputs(engine, batch, number, cfg, args.n_best, params.train.max_len)
+        translated = outputs(engine, batch, number, cfg, args.n_best, max_len)
         number += len(batch)
         for line, output in zip(batch, translated, strict=True):
-            if first is None and line.strip():
+            if args.attention is not None and first is None and drawable(engine, line, max_len):
                 first = (line, output if args.n_best is None else output.split("\n")[0].split("\t", 3)[3])
             yield output
     if args.attention is not None:
         if first is None:
-            raise PipelineError("--attention: no non-empty sentence to draw")
+            raise PipelineError(f"--attention: no non-empty line of fewer than {max_len} pieces to draw")
         from pipeline.model.attention_maps import attention_map
         from pipeline.ops.report.figures import plot_attention
 

@@ -3,14 +3,18 @@
 A run looks for new parallel data in `data/incoming/`, then runs each DVC stage
 (`dvc repro --single-item <stage>`) in DAG order, so DVC stays the judge of what is stale: the
 `incoming` stage reruns when a file there changed, and `train` (and everything after it) when the
-merged training set did; an unchanged stage is skipped and its task says so. Whether a stage ran is
-read from DVC's machine-readable status (`dvc status --json <stage>` just before it; `--force` always
-runs). Each stage's output (stdout and stderr) streams into its task's log line by line as it is
-written, so a long `train` shows its `train: step N/M ...` lines while it runs. Then the `champion`
-alias moves to the new `candidate` only when a paired significance test says it is better
-(`pipeline.ops.promotion`). The log ends with the run's case: no new data (nothing retrained), or new
-data (retrained; promoted or kept, with both BLEU scores and p). A failing stage fails its task and
-the flow, with the stage's error in the log; the download task retries.
+merged training set did; an unchanged stage is skipped and its task ends in a state named "Skipped".
+Whether a stage ran is read from DVC's machine-readable status (`dvc status --json <stage>` just
+before it; `--force` always runs). Each stage's output (stdout and stderr) streams into its task's
+log line by line as it is written, less DVC's hints, so a long `train` shows its
+`train: step N/M ...` lines while it runs. Then the `champion` alias moves to the new `candidate`
+only when a paired significance test says it is better (`pipeline.ops.promotion`). The log ends with
+the run's case: no new data (nothing retrained), or new data (retrained; promoted or kept, with both
+BLEU scores and p). The run is named by its trigger and start time (`run_name`); at the end its
+outcome is appended to the name, added as tags and written as a Markdown artifact (`label_run`).
+A failing stage fails its task and the flow, with the stage's error in the log; the download task
+retries. A broken link in the incoming folder, which DVC cannot hash, fails the flow before any
+stage (`look_for_incoming`).
 
     python -m pipeline.ops.flow run [--force] [--recheck-data]   # once, on an ephemeral local Prefect
     python -m pipeline.ops.flow serve --cron "0 3 * * 1"         # a schedule, against PREFECT_API_URL
@@ -34,7 +38,9 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Prefect's ephemeral server can take longer than its default to start on a cold, busy machine.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -43,10 +49,15 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.context import FlowRunContext  # noqa: E402
+from prefect.states import Completed, State  # noqa: E402
 
 from pipeline.core.errors import run_main  # noqa: E402
 from pipeline.core.lock import exclusive  # noqa: E402
 from pipeline.ops.dag import read_dag  # noqa: E402
+
+if TYPE_CHECKING:
+    from pipeline.ops.promotion import Decision
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_STAGE = "download"
@@ -70,6 +81,14 @@ def tail(text: str, lines: int = 15) -> str:
 STAGE_ENV = {"PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
 
 
+def trigger_env() -> dict[str, str]:
+    """`MT_RUN_TRIGGER` for the stages inside a flow run: the MLflow run `train` opens is then
+    named after this flow run (`pipeline.tracking.describe`); empty outside a flow run."""
+    from prefect.runtime import flow_run
+
+    return {"MT_RUN_TRIGGER": f"flow {flow_run.name}"} if flow_run.get_id() else {}
+
+
 def stream_lines(cmd: list[str], cwd: str, log: Callable[[str], object], keep: int = 15) -> tuple[int, str]:
     """Run `cmd` in `cwd`, handing each non-empty line of its output (stdout and stderr merged) to
     `log` as soon as it is written; a carriage return ends a line too (text mode's universal
@@ -82,7 +101,7 @@ def stream_lines(cmd: list[str], cwd: str, log: Callable[[str], object], keep: i
     with subprocess.Popen(
         cmd,
         cwd=cwd,
-        env={**os.environ, **STAGE_ENV},
+        env={**os.environ, **STAGE_ENV, **trigger_env()},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -113,11 +132,29 @@ def is_stale(stage: str, repo: str) -> bool:
     return bool(json.loads(done.stdout.strip().splitlines()[-1]).get(stage))  # JSON is the last line
 
 
+# The hints DVC prints after every stage that wrote dvc.lock in a Git checkout; `dvc repro` has no
+# switch for them short of `--quiet` (which hides its errors too) or `core.autostage` (which runs
+# `git add`).
+DVC_HINTS = (
+    "To track the changes with git, run:",
+    "git add ",
+    "To enable auto staging, run:",
+    "dvc config core.autostage true",
+    "Use `dvc push` to send your updates to remote storage.",
+)
+
+
+def is_dvc_hint(line: str) -> bool:
+    """Whether `line` of `dvc repro` output is one of DVC's hints (`DVC_HINTS`)."""
+    return line.strip().startswith(DVC_HINTS)
+
+
 @task(task_run_name="{stage}")
-def run_stage(stage: str, repo: str, force: bool = False) -> str:
+def run_stage(stage: str, repo: str, force: bool = False) -> State:
     """`dvc repro --single-item [--force] <stage>` in `repo`, its output streamed line by line into the
-    task's log. Returns "ran" when the stage was stale just before (`is_stale`) or forced, else
-    "skipped".
+    task's log, less DVC's hints (`is_dvc_hint`). Returns the task's final state, Completed with the
+    result "ran" when the stage was stale just before (`is_stale`) or forced, else named "Skipped"
+    (so the UI tells the two apart) with the result "skipped".
 
     Raises:
         RuntimeError: `dvc status` or the stage failed; the message carries the end of its output.
@@ -125,11 +162,19 @@ def run_stage(stage: str, repo: str, force: bool = False) -> str:
     logger = get_run_logger()
     ran = force or is_stale(stage, repo)
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", *(["--force"] if force else []), stage]
-    code, last = stream_lines(cmd, repo, logger.info)
+
+    def log(line: str) -> None:
+        if not is_dvc_hint(line):
+            logger.info(line)
+
+    code, last = stream_lines(cmd, repo, log)
     if code:
         raise RuntimeError(f"stage {stage} failed (exit {code}):\n{last}")
-    logger.info("stage %s: %s", stage, "ran" if ran else "unchanged, skipped")
-    return "ran" if ran else "skipped"
+    if not ran:
+        logger.info("stage %s: unchanged, skipped", stage)
+        return Completed(name="Skipped", message=f"stage {stage}: unchanged, skipped", data="skipped")
+    logger.info("stage %s: ran", stage)
+    return Completed(message=f"stage {stage}: ran", data="ran")
 
 
 INCOMING_STAGE, TRAIN_STAGE = "incoming", "train"
@@ -155,10 +200,21 @@ def incoming_config(repo: str):
 
 @task
 def look_for_incoming(repo: str) -> list[str]:
-    """The incoming files (`incoming.in_dir`/*.tsv) present now; DVC decides whether they are new."""
-    from pipeline.data.incoming import incoming_files
+    """The incoming files (`incoming.in_dir`/*.tsv) present now; DVC decides whether they are new.
 
-    names = [p.name for p in incoming_files(Path(repo) / incoming_config(repo).in_dir)]
+    Raises:
+        DataError: the folder holds a broken symbolic link (`pipeline.data.incoming.broken_links`),
+            which DVC cannot hash: every `dvc status` and `dvc repro` of the stage would fail.
+    """
+    from pipeline.core.errors import DataError
+    from pipeline.data.incoming import broken_links, incoming_files
+
+    folder = Path(repo) / incoming_config(repo).in_dir
+    if broken := broken_links(folder):
+        names = ", ".join(os.path.relpath(path, repo) for path in broken)
+        raise DataError(f"{names}: broken symbolic link(s), which DVC cannot hash (its `dvc status` and "
+                        "`dvc repro` stop with 'unexpected error'): remove them or restore their targets")  # fmt: skip
+    names = [p.name for p in incoming_files(folder)]
     get_run_logger().info("incoming data: %s", ", ".join(names) if names else "no files")
     return names
 
@@ -187,13 +243,21 @@ def read_counts(repo: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+NO_PROMOTION = "mlflow disabled: nothing to promote"
+
+
 @task
-def promote_champion(repo: str) -> str:
+def promote_champion(repo: str) -> Decision | None:
     """Move `champion` to the candidate when it is significantly better on val
-    (`pipeline.ops.promotion.promote`). Returns the decision's message."""
+    (`pipeline.ops.promotion.promote`). Returns the decision, None when MLflow is disabled.
+
+    Raises:
+        PipelineError: no candidate, or a version's run lacks its val translations.
+    """
     params = repo_params(repo)
     if not params.mlflow.enabled:
-        return "mlflow disabled: nothing to promote"
+        get_run_logger().info(NO_PROMOTION)
+        return None
     from pipeline.data.multi30k import load_corpus
     from pipeline.ops.promotion import promote
 
@@ -201,14 +265,79 @@ def promote_champion(repo: str) -> str:
     refs = list(load_corpus(Path(repo) / params.download.out_dir)["val"][tgt])
     decision = promote(params.mlflow.model_name, refs, params.promotion, tgt)
     get_run_logger().info(decision.message)
-    return decision.message
+    return decision
 
 
-@flow(name="multi30k-en-de")
+def run_name() -> str:
+    """A flow run's name as it starts: what started it and when (UTC), e.g. "manual 2025-06-02 14:05
+    UTC". "manual" is `run`, "scheduled" a run of the schedule, "deployment" one of the deployment
+    started by hand (the UI, `prefect deployment run`)."""
+    run = FlowRunContext.get().flow_run
+    trigger = "manual" if run.deployment_id is None else "scheduled" if run.auto_scheduled else "deployment"
+    return f"{trigger} {run.expected_start_time.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def outcome_tags(stages: dict[str, str], decision: Decision | None) -> list[str]:
+    """The flow run's tags once it is done: "retrained" (train ran) and "no-new-data" (the training set
+    did not grow: `describe_case`'s cases), "promoted" when `champion` moved, "kept" when a retrained
+    candidate did not win."""
+    retrained = stages.get(TRAIN_STAGE) == "ran"
+    new_data = retrained and stages.get(INCOMING_STAGE) == "ran"
+    tags = ["retrained"] if retrained else []
+    tags += [] if new_data else ["no-new-data"]
+    if decision is not None and decision.promoted:
+        tags.append("promoted")
+    elif decision is not None and retrained:
+        tags.append("kept")
+    return tags
+
+
+def summary_markdown(
+    case: str, decision: Decision | None, counts: dict | None, stages: dict[str, str]
+) -> str:
+    """The run's summary artifact: the decision, the case, then a table of both BLEU scores and p
+    (none for equal scores), the incoming counts (`reports/incoming.json`) and which stages ran."""
+    rows: list[tuple[str, object]] = []
+    if decision is not None and (cmp := decision.comparison) is not None:
+        rows += [("candidate BLEU (val)", f"{cmp.candidate_bleu:.2f}"),
+                 ("champion BLEU (val)", f"{cmp.champion_bleu:.2f}"),
+                 ("paired bootstrap p", "none: equal scores" if cmp.equal() else f"{cmp.p_value:.4f}")]  # fmt: skip
+    rows += [(f"incoming {key.replace('_', ' ')}", value) for key, value in (counts or {}).items()]
+    for outcome in ("ran", "skipped"):
+        names = [name for name, done in stages.items() if done == outcome]
+        rows.append((f"stages {outcome}", ", ".join(names) or "none"))
+    table = "".join(f"| {name} | {value} |\n" for name, value in rows)
+    return f"**{decision.message if decision else NO_PROMOTION}**\n\n{case}\n\n| | this run |\n|---|---|\n{table}"
+
+
+SUMMARY_KEY = "retraining-summary"  # the artifact's key: the Artifacts page lists every run's under it
+
+
+def label_run(tags: list[str], summary: str) -> str:
+    """Add `tags` to this flow run, append them to its name ("manual 2025-06-02 14:05 UTC: retrained,
+    kept") and attach `summary` as its Markdown artifact `SUMMARY_KEY`. Returns the new name."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.client.orchestration import get_client
+
+    run = FlowRunContext.get().flow_run
+    name = f"{run.name}: {', '.join(tag.replace('-', ' ') for tag in tags)}"
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(run.id, name=name, tags=sorted({*run.tags, *tags}))
+    create_markdown_artifact(summary, key=SUMMARY_KEY, description=name)
+    return name
+
+
+@flow(name="multi30k-en-de", flow_run_name=run_name)
 def pipeline_flow(repo: str = str(REPO), force: bool = False, recheck_data: bool = False) -> dict[str, str]:
-    """Look for incoming data, every DVC stage in order, then the champion promotion.
+    """Look for incoming data, every DVC stage in order, then the champion promotion; at the end the
+    run gets its tags, a name that says its outcome (`label_run`) and its summary artifact.
 
     Returns {stage: "ran"/"skipped", "case": what this run was, "promotion": the decision}.
+
+    Raises:
+        DataError: a broken link in the incoming folder (`look_for_incoming`).
+        RuntimeError: a stage or its `dvc status` failed (`run_stage`).
+        PipelineError: the promotion could not compare the versions (`promote_champion`).
     """
     look_for_incoming(repo)
     results: dict[str, str] = {}
@@ -216,10 +345,13 @@ def pipeline_flow(repo: str = str(REPO), force: bool = False, recheck_data: bool
         task_ = (
             run_stage.with_options(retries=2, retry_delay_seconds=30) if stage == DATA_STAGE else run_stage
         )
-        results[stage] = task_(stage, repo, force or (recheck_data and stage == DATA_STAGE))
-    case = describe_case(results, read_counts(repo))
-    promotion = promote_champion(repo)
+        results[stage] = task_(stage, repo, force or (recheck_data and stage == DATA_STAGE)).result()
+    counts = read_counts(repo)
+    case = describe_case(results, counts)
+    decision = promote_champion(repo)
+    promotion = decision.message if decision else NO_PROMOTION
     get_run_logger().info("this run: %s; %s", case, promotion)
+    label_run(outcome_tags(results, decision), summary_markdown(case, decision, counts, results))
     return {**results, "case": case, "promotion": promotion}
 
 

@@ -1,11 +1,12 @@
 """Promotion of the `candidate` model to `champion` by a paired significance test, and rollback.
 
 A difference of 0.01 BLEU must not win: the candidate's and the champion's val translations (the
-`val.hyp.de` artifact `decode` logs to each version's MLflow run) are compared
+`val.hyp.de.txt` artifact `decode` logs to each version's MLflow run) are compared
 with sacreBLEU's paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for
 Machine Translation Evaluation"; `sacrebleu.significance.PairedTest`, the test behind
 `sacrebleu --paired-bs`, seeded by env SACREBLEU_SEED, default 12345). `champion` moves only when
-the candidate's BLEU is higher and p < `p_threshold`. The decision, both scores and p are logged
+the candidate's BLEU is higher and p < `p_threshold`; equal scores (to two decimals) keep the
+champion and the decision gives no p. The decision, both scores and p are logged
 and set as tags of the candidate version (`promotion.*`); a promoted version records the version
 it replaced (`promotion.replaced`), which `rollback` moves `champion` back to.
 """
@@ -37,9 +38,13 @@ class Comparison:
     candidate_bleu: float
     p_value: float
 
+    def equal(self) -> bool:
+        """Both scores are the same as shown (two decimals): p says nothing then."""
+        return round(self.candidate_bleu, 2) == round(self.champion_bleu, 2)
+
     def candidate_wins(self, p_threshold: float) -> bool:
         """Higher BLEU, and a difference that chance explains with probability below `p_threshold`."""
-        return self.candidate_bleu > self.champion_bleu and self.p_value < p_threshold
+        return not self.equal() and self.candidate_bleu > self.champion_bleu and self.p_value < p_threshold
 
 
 def paired_bootstrap(
@@ -69,14 +74,15 @@ def run_translations(run_id: str, split: str = "val", lang: str = "de") -> list[
     """
     import mlflow
 
-    artifact = f"{tracking.TRANSLATIONS_ARTIFACTS}/{split}.hyp.{lang}"  # what the decode stage logs
     with tempfile.TemporaryDirectory() as tmp:
         try:
+            artifact = tracking.logged_translation(run_id, split, lang)  # `.txt`, or the older name
             path = mlflow.artifacts.download_artifacts(
                 run_id=run_id, artifact_path=artifact, dst_path=tmp, tracking_uri=tracking.tracking_uri()
             )
         except Exception as exc:  # noqa: BLE001 - MlflowException or OSError: one line either way
-            raise PipelineError(f"MLflow run {run_id}: no {artifact} ({type(exc).__name__})") from None
+            missing = tracking.translation_artifact(split, lang)
+            raise PipelineError(f"MLflow run {run_id}: no {missing} ({type(exc).__name__})") from None
         lines = Path(path).read_text(encoding="utf-8").split("\n")
     return lines[:-1] if lines[-1] == "" else lines
 
@@ -98,15 +104,24 @@ def _tag(model_name: str, version: str, tags: dict[str, str]) -> None:
         client.set_model_version_tag(model_name, version, key, value)
 
 
+def decide(cmp: Comparison, candidate: str, champion: str, p_threshold: float) -> Decision:
+    """The decision on candidate version `candidate` against champion version `champion`, with both
+    scores in its message and p unless the scores are equal (`Comparison.equal`)."""
+    if cmp.equal():
+        return Decision(False, f"kept champion v{champion} (equal scores: v{candidate} BLEU "
+                               f"{cmp.candidate_bleu:.2f}, champion v{champion} {cmp.champion_bleu:.2f})", cmp)  # fmt: skip
+    scores = f"v{candidate} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion} " \
+             f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"  # fmt: skip
+    if cmp.candidate_wins(p_threshold):
+        return Decision(True, f"promoted: {scores} < {p_threshold}", cmp)
+    why = "lower" if cmp.candidate_bleu < cmp.champion_bleu else f"p >= {p_threshold}"
+    return Decision(False, f"kept champion v{champion} ({scores}: {why})", cmp)
+
+
 def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig, lang: str) -> Decision:
     hyps = [run_translations(version.run_id, "val", lang) for version in (champion, candidate)]
     cmp = paired_bootstrap(refs, *hyps, cfg.n_samples)
-    scores = f"v{candidate.version} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion.version} " \
-             f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"  # fmt: skip
-    if cmp.candidate_wins(cfg.p_threshold):
-        return Decision(True, f"promoted: {scores} < {cfg.p_threshold}", cmp)
-    why = "not higher" if cmp.candidate_bleu <= cmp.champion_bleu else f"p >= {cfg.p_threshold}"
-    return Decision(False, f"kept champion v{champion.version} ({scores}: {why})", cmp)
+    return decide(cmp, str(candidate.version), str(champion.version), cfg.p_threshold)
 
 
 def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, lang: str = "de") -> Decision:

@@ -1,5 +1,6 @@
-"""A logged model behind a real `mlflow models serve` on 127.0.0.1, and a client for its
-`/invocations`: what the load test (`bench.serve_load`) and the serving tests talk to."""
+"""A logged model served on 127.0.0.1 by a real server process (`pipeline.serving.server`: MLflow's
+scoring app, guarded), and a client for its `/invocations`: what the load test
+(`bench.serve_load`) and the serving tests talk to."""
 
 from __future__ import annotations
 
@@ -28,15 +29,15 @@ def free_port() -> int:
 
 @contextmanager
 def served(model_uri: str, env: dict | None = None, startup_s: float = 180) -> Iterator[int]:
-    """`mlflow models serve` of `model_uri` on 127.0.0.1 (one worker, the local environment) while
-    the body runs; yields its port once `/ping` answers.
+    """`python -m pipeline.serving.server` of `model_uri` on 127.0.0.1 (one worker, this Python)
+    while the body runs; yields its port once `/ping` answers.
 
     Raises:
         PipelineError: the server exited or did not answer within `startup_s` (with its log's end).
     """
     port = free_port()
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
-           "-p", str(port), "-w", "1", "--env-manager", "local"]  # fmt: skip
+    cmd = [sys.executable, "-m", "pipeline.serving.server", "-m", model_uri, "-h", "127.0.0.1",
+           "-p", str(port), "-w", "1"]  # fmt: skip
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, env=env or os.environ, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -61,7 +62,7 @@ def wait_until_up(proc: subprocess.Popen, port: int, log: IO[str], startup_s: fl
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
-                raise PipelineError(f"mlflow models serve did not come up:\n{log.read()[-3000:]}") from None
+                raise PipelineError(f"the model server did not come up:\n{log.read()[-3000:]}") from None
             time.sleep(1)
 
 

@@ -10,6 +10,7 @@ this repository's requirements.
 
 from __future__ import annotations
 
+import logging
 import time
 from importlib import metadata
 from pathlib import Path
@@ -67,6 +68,7 @@ def requirements(requirements_txt: Path | None = None) -> list[str]:
 REQUEST_PARAMS = ("beam_size", "length_penalty", "n_best")  # what a request may set (`params`)
 CHUNK_INPUTS = 16  # inputs translated between two checks of the request's time limit
 INPUT_EXAMPLE = ["A man is walking his dog in the park."]
+log = logging.getLogger(__name__)
 
 
 class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
@@ -104,10 +106,25 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
         Raises:
             MlflowException: (INVALID_PARAMETER_VALUE, a 400 when served) an unknown or out-of-range
                 param, an input that is not a list of strings, or one beyond the `serve` limits;
-                (DEADLINE_EXCEEDED, a 504) the request ran past `serve.max_seconds`.
+                (DEADLINE_EXCEEDED, a 504) the request ran past `serve.max_seconds`; (INTERNAL_ERROR,
+                a 500) any other failure, with a one-line message (the traceback is logged).
         """
         cfg, n_best = request_config(self.cfg, params or {})
         lines = checked_lines(model_input, self.limits)
+        try:
+            return self.translate_in_time(lines, cfg, n_best)
+        except MlflowException:
+            raise
+        except Exception as err:  # a bug: its traceback goes to the log, never into the answer
+            log.exception("translating a request failed")
+            raise MlflowException("internal error while translating (see the server's log)") from err
+
+    def translate_in_time(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
+        """`lines` translated `CHUNK_INPUTS` at a time, as `predict` returns them.
+
+        Raises:
+            MlflowException: DEADLINE_EXCEEDED, past `serve.max_seconds` before a chunk.
+        """
         deadline = time.monotonic() + self.limits.max_seconds
         out: list[Any] = []
         for start in range(0, len(lines), CHUNK_INPUTS):
@@ -154,21 +171,46 @@ def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeCo
 
 def checked_lines(model_input: object, limits: ServeConfig) -> list[str]:
     """`model_input` when it is a list of at most `limits.max_inputs` strings of at most
-    `limits.max_chars` characters each.
+    `limits.max_chars` characters each, all Unicode text (no lone surrogate, which valid JSON such
+    as `"\\ud800"` can carry).
 
     Raises:
         MlflowException: INVALID_PARAMETER_VALUE naming what is wrong (the input's index).
     """
-    if not isinstance(model_input, list):
-        raise bad_request(f"inputs: expected a list of strings, got {type(model_input).__name__}")
+    problem = input_problem(model_input)
+    if problem:
+        raise bad_request(problem)
     if len(model_input) > limits.max_inputs:
         raise bad_request(f"inputs: {len(model_input)} strings, at most {limits.max_inputs} per request")
     for index, line in enumerate(model_input):
-        if not isinstance(line, str):
-            raise bad_request(f"inputs[{index}]: expected a string, got {type(line).__name__}")
         if len(line) > limits.max_chars:
             raise bad_request(f"inputs[{index}]: {len(line)} characters, at most {limits.max_chars}")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise bad_request(
+                f"inputs[{index}]: a lone surrogate at character {err.start} (not Unicode text)"
+            ) from None
     return model_input
+
+
+def input_problem(model_input: object) -> str | None:
+    """What makes `model_input` not a list of strings, naming the input (`inputs[3]: expected a
+    string, got number`); None when it is one."""
+    if not isinstance(model_input, list):
+        return f"inputs: expected a list of strings, got {json_kind(model_input)}"
+    for index, line in enumerate(model_input):
+        if not isinstance(line, str):
+            return f"inputs[{index}]: expected a string, got {json_kind(line)}"
+    return None
+
+
+def json_kind(value: object) -> str:
+    """The JSON name of `value`'s type (`null`, `boolean`, `number`, `string`, `array`, `object`),
+    else its Python type's name."""
+    kinds = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
+             list: "array", dict: "object"}  # fmt: skip
+    return kinds.get(type(value), type(value).__name__)
 
 
 def bad_request(message: str) -> MlflowException:

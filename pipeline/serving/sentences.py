@@ -18,12 +18,14 @@ from dataclasses import dataclass
 
 import sentencex
 
+from pipeline.data.placeholders import PLACEHOLDERS
 from pipeline.serving.spans import Span, find_spans
 
 # what sentencex reads in place of a span: a word with a digit and no letter, which it takes for
 # neither an abbreviation nor a sentence end (a bare `0` before a dot would read as a list number)
 SENTENCE_MASK = "#0#"
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+PLACEHOLDER_OPEN = PLACEHOLDERS[0][0]  # each placeholder starts with it (`｟`)
 
 
 @dataclass(frozen=True)
@@ -113,10 +115,25 @@ def _part(text: str, begin: int, end: int, spans: Sequence[Span], continues: boo
 
 def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:
     """`text` cut at spaces into chunks of at most `limit` pieces (`count(word)` pieces per word),
-    preferring a cut after a word ending in `,;:` in the chunk's second half. A single word longer
-    than `limit` stays one chunk. Returns `[text]` when it fits."""
-    words = text.split()
-    sizes = [count(w) for w in words]
+    preferring a cut after a word ending in `,;:` in the chunk's second half. A word of more than
+    `limit` pieces is first cut into runs of characters that fit (`cut_word`), so no chunk is over
+    `limit` whatever the input. Returns `[text]` when it fits.
+
+    Raises:
+        ValueError: `limit` below 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    words, sizes = [], []
+    for word in text.split():
+        size = count(word)
+        if size <= limit:
+            words.append(word)
+            sizes.append(size)
+        else:
+            runs = cut_word(word, count, limit)
+            words += runs
+            sizes += [count(run) for run in runs]
     if sum(sizes) <= limit:
         return [text]
     chunks, start, total = [], 0, 0
@@ -127,3 +144,32 @@ def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:
             start, total = cut, sum(sizes[cut:i])
         total += size
     return [*chunks, " ".join(words[start:])]
+
+
+def cut_word(word: str, count: Callable[[str], int], limit: int) -> list[str]:
+    """`word` cut into runs of consecutive characters of at most `limit` pieces each (by `count`),
+    never inside a placeholder (`｟1｠`). A run is first `limit` characters, then shrinks in
+    proportion to its excess pieces until it fits: a few `count` calls on at most `limit`
+    characters per run, so linear in `len(word)`. A character that alone is over `limit` pieces is
+    a run of its own.
+
+    Raises:
+        ValueError: `limit` below 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    runs, start = [], 0
+    while start < len(word):
+        end = min(len(word), start + limit)
+        while end - start > 1 and (size := count(word[start:end])) > limit:
+            end = start + max(1, (end - start) * limit // size)
+        end = _outside_placeholder(word, start, end)
+        runs.append(word[start:end])
+        start = end
+    return runs
+
+
+def _outside_placeholder(word: str, start: int, end: int) -> int:
+    """`end`, or where the placeholder that a cut at `end` would open starts (when after `start`)."""
+    opening = word.rfind(PLACEHOLDER_OPEN, max(start + 1, end - len(PLACEHOLDERS[0]) + 1), end)
+    return end if opening < 0 else opening

@@ -142,7 +142,7 @@ def _prepare_part(number: int, part: Part, count: Callable[[str], int], limit: i
     if len(inputs) > 1:
         print(
             f"warning: line {number + 1}: a sentence longer than {limit} pieces is translated "
-            f"in {len(inputs)} pieces",
+            f"in {len(inputs)} parts",
             file=sys.stderr,
         )
     return Sentence(number, part.text, part.spans, form, inputs, part.continues, part.spaced)

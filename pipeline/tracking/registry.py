@@ -1,23 +1,29 @@
-"""Queries of the MLflow model registry: the version an alias points at, and the scores of the
-`candidate` version.
+"""Queries of the MLflow model registry: the version an alias points at, the scores of the
+`candidate` version, what a version says about its training, and a run's versions for the
+results page.
 
 Aliases: every `decode` stage run registers a new version of `mlflow.model_name`
-(`pipeline.serving.pyfunc.log_translator`) and points `candidate` at it; `score` tags that version
-with its scores (`val.bleu`: beam search on val; names as `dvc metrics show` prints them).
-`pipeline.ops.promotion` moves `champion` to the candidate only when a paired significance test on
-val says it is better.
+(`pipeline.serving.pyfunc.log_translator`), points `candidate` at it and describes it
+(`describe_version`); `score` tags that version with its scores (`val.bleu`: beam search on val;
+names as `dvc metrics show` prints them). `pipeline.ops.promotion` moves `champion` to the
+candidate only when a paired significance test on val says it is better.
 """
 
 from __future__ import annotations
 
-from mlflow.entities.model_registry import ModelVersion
-from mlflow.exceptions import MlflowException
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipeline.tracking import runs as tracking
+
+if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion
 
 
 def version_by_alias(model_name: str, alias: str) -> ModelVersion | None:
     """The version of `model_name` that `alias` points at; None when there is none."""
+    from mlflow.exceptions import MlflowException
+
     try:
         return tracking.client().get_model_version_by_alias(model_name, alias)
     except MlflowException:
@@ -33,3 +39,78 @@ def tag_candidate(model_name: str, run_id: str, scores: dict[str, float]) -> str
     for key, value in scores.items():
         tracking.client().set_model_version_tag(model_name, version.version, key, f"{value:.4f}")
     return version.version
+
+
+RUN_TAGS = ("trigger", "data.pairs", "data.digest")  # the train run's tags a version repeats
+
+
+def describe_version(model_name: str, version: str, run_id: str, decoding: str = "") -> None:
+    """Say on version `version` of `model_name` which training it is: a description naming the
+    train run `run_id` (its name, commit, data and final model) and the `decoding` settings it was
+    logged with, and the run's `RUN_TAGS` plus `run` (its name) as tags; the same tags on the
+    version's logged model (the experiment's Models tab).
+
+    Raises:
+        MlflowException: the run or the version is not in the tracking database.
+    """
+    c = tracking.client()
+    run = c.get_run(run_id)
+    tags = {"run": run.info.run_name} | {k: run.data.tags[k] for k in RUN_TAGS if k in run.data.tags}
+    description = version_description(run.info.run_name, run.data.tags)
+    description += f" Decoding: {decoding}." if decoding else ""
+    c.update_model_version(model_name, version, description=description)
+    for key, value in tags.items():
+        c.set_model_version_tag(model_name, version, key, value)
+    model_id = logged_model_id(c.get_model_version(model_name, version))
+    if model_id:
+        c.set_logged_model_tags(model_id, tags | {"registered_as": f"{model_name} v{version}"})
+
+
+def logged_model_id(version: ModelVersion) -> str | None:
+    """The id of the logged model `version` was registered from: its `model_id`, else the id in
+    its source `models:/<id>` (the registry may leave `model_id` empty); None for other sources."""
+    source = version.source or ""
+    return version.model_id or (source.removeprefix("models:/") if source.startswith("models:/m-") else None)
+
+
+def version_description(run_name: str, tags: dict[str, str]) -> str:
+    """A version's description from its train run's name and tags (`data.*`, `summary.*`, git)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+
+    text = f"Trained by run `{run_name}` at commit `{tags.get(MLFLOW_GIT_COMMIT, 'unknown')[:7]}`"
+    if "data.pairs" in tags:
+        text += f" on {int(tags['data.pairs']):,} pairs (digest `{tags.get('data.digest', '?')}`)"
+    if "summary.final_model" in tags:
+        text += f"; final model {tags['summary.final_model']}, greedy val BLEU {tags.get('summary.final_val_bleu', '?')}"
+    return text + "."
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """A registered version as the results page shows it."""
+
+    version: str
+    aliases: tuple[str, ...] = ()
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def info(version: ModelVersion) -> VersionInfo:
+    return VersionInfo(str(version.version), tuple(sorted(version.aliases)), dict(version.tags))
+
+
+def run_versions(model_name: str, run_id: str) -> list[VersionInfo]:
+    """The versions of `model_name` registered from run `run_id`, oldest first, with their aliases.
+
+    Raises:
+        MlflowException: the registry cannot be read.
+    """
+    c = tracking.client()
+    found = c.search_model_versions(f"name = '{model_name}' and run_id = '{run_id}'")
+    versions = [info(c.get_model_version(model_name, v.version)) for v in found]
+    return sorted(versions, key=lambda v: int(v.version))
+
+
+def champion(model_name: str) -> VersionInfo | None:
+    """The version `champion` points at, or None."""
+    version = version_by_alias(model_name, "champion")
+    return info(version) if version is not None else None

@@ -6,21 +6,29 @@ Where MLflow records go: env `MLFLOW_TRACKING_URI` when set, else the embedded d
 location, not the working directory, and a `dvc exp run --temp` copy (which lives under
 `<root>/.dvc/tmp/exps/`) maps back to the repository it was copied from, so every stage and
 experiment writes to the same database. With a sqlite URI, artifacts go to `mlartifacts/` beside
-the database file.
+the database file, and never into another checkout's: a database copied or moved with its checkout
+still names the old `mlartifacts/` (MLflow stores absolute locations), so `experiment_id` sets
+such an experiment aside and `run_of` logs nothing to such a run, each saying so.
 
 One `train` stage run is one MLflow run; `decode` and `score` add to it through the run id the
-train stage writes (`run_id_file`). A train run is named for what it is (`run_name`: the DVC
-experiment, else `train-<short commit>`), carries MLflow's git source tags (`git_tags`), lists its
-training pairs as a dataset input (`dataset_input`) and uploads the checkpoint files that
-`mlflow.log_checkpoints` asks for (`uploads_checkpoint`).
+train stage writes (`run_id_file`). A train run is named for what started it and its data, with a
+description, the params that shape it and summary tags (`pipeline.tracking.describe`); it carries
+MLflow's git and source tags (`git_tags`), lists its training pairs as a dataset input
+(`dataset_input`), samples MLflow's system metrics (CPU, memory; every 10 s) and uploads the
+checkpoint files that `mlflow.log_checkpoints` asks for (`uploads_checkpoint`).
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import json
+import logging
 import os
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pipeline.core.io import write_json, write_text
+from pipeline.tracking import describe
 
 if TYPE_CHECKING:
     from mlflow.entities import DatasetInput
@@ -42,9 +51,13 @@ class Tracker(Protocol):
 
     def log_artifact(self, path: Path, artifact_path: str) -> None: ...
 
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+
     def log_checkpoint(self, path: Path) -> None: ...
 
     def log_training_set(self, digest: str, n_pairs: int) -> None: ...
+
+    def log_summary(self, summary: Mapping[str, object]) -> None: ...
 
     def finish(self, status: str = "FINISHED") -> None: ...
 
@@ -60,10 +73,16 @@ class NullTracker:
     def log_artifact(self, path: Path, artifact_path: str) -> None:
         pass
 
+    def log_text(self, text: str, artifact_file: str) -> None:
+        pass
+
     def log_checkpoint(self, path: Path) -> None:
         pass
 
     def log_training_set(self, digest: str, n_pairs: int) -> None:
+        pass
+
+    def log_summary(self, summary: Mapping[str, object]) -> None:
         pass
 
     def finish(self, status: str = "FINISHED") -> None:
@@ -87,6 +106,22 @@ def artifact_location(uri: str) -> str | None:
     if not uri.startswith("sqlite:///"):
         return None
     return (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts").as_uri()
+
+
+def local_path(file_uri: str) -> Path:
+    """The path of a `file:` URI."""
+    return Path(urllib.request.url2pathname(urllib.parse.urlparse(file_uri).path))
+
+
+def foreign_artifacts(location: str, uri: str) -> bool:
+    """Whether the artifact location `location` (an experiment's or a run's) is in an `mlartifacts/`
+    folder other than the one beside the sqlite database `uri`: the database was copied or moved
+    from another checkout. False for any other tracking URI or location."""
+    own = artifact_location(uri)
+    if own is None or not location.startswith("file:"):
+        return False
+    path = local_path(location)
+    return "mlartifacts" in path.parts and not path.is_relative_to(local_path(own))
 
 
 def git_commit(cwd: str | Path = ".") -> str:
@@ -118,14 +153,41 @@ def git_tags(cwd: str | Path = ".") -> dict[str, str]:
     return {MLFLOW_GIT_COMMIT: git_commit(cwd)} | ({MLFLOW_GIT_BRANCH: branch} if branch else {})
 
 
+def source_tags(source: str) -> dict[str, str]:
+    """MLflow's tags naming the code and the user behind a run: `mlflow.source.name` = `source`
+    (e.g. `stages/train.py`), `mlflow.source.type` LOCAL, `mlflow.user`."""
+    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
+
+    return {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL", MLFLOW_USER: _user()}
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment
+        return "unknown"
+
+
 TRANSLATIONS_ARTIFACTS = "reports/translations"  # the run's artifact folder of `decode`'s translations
-DVC_EXP_NAME = "DVC_EXP_NAME"  # set by `dvc exp run` for its stages: the experiment's name
 
 
-def run_name(stage: str, commit: str) -> str:
-    """The MLflow run name of a `stage` run: env DVC_EXP_NAME under `dvc exp run`, else
-    `<stage>-<first 7 characters of commit>` (e.g. `train-c1c3f4f`)."""
-    return os.environ.get(DVC_EXP_NAME) or f"{stage}-{commit[:7]}"
+def translation_artifact(split: str, lang: str) -> str:
+    """The run artifact of `decode`'s translations of `split` into `lang`:
+    `reports/translations/<split>.hyp.<lang>.txt` (MLflow's artifact browser shows `.txt` files;
+    it offers `.de` ones for download only)."""
+    return f"{TRANSLATIONS_ARTIFACTS}/{split}.hyp.{lang}.txt"
+
+
+def logged_translation(run_id: str, split: str, lang: str) -> str:
+    """The artifact path of run `run_id`'s translations of `split`: `translation_artifact`, or the
+    name without `.txt` when the run has only that (runs logged before the `.txt` names).
+
+    Raises:
+        MlflowException: the run's artifacts cannot be listed (no such run, no database).
+    """
+    new, old = translation_artifact(split, lang), f"{TRANSLATIONS_ARTIFACTS}/{split}.hyp.{lang}"
+    logged = {f.path for f in client().list_artifacts(run_id, TRANSLATIONS_ARTIFACTS)}
+    return old if old in logged and new not in logged else new
 
 
 def flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
@@ -140,6 +202,19 @@ def flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
     return out
 
 
+RUN_SECTIONS = ("download", "tokenizer", "train")  # the params sections that shape a train run
+PATH_SUFFIXES = ("_dir", "_file", "_json", "_jsonl", "_csv")  # fields that say where, not what
+NOT_SHAPING = ("download.mirror", "train.dist.master_addr", "train.dist.master_port")
+
+
+def run_params(params: Params) -> dict[str, object]:
+    """The params that shape a train run, flattened (e.g. `train.optim.peak_lr`): the sections
+    `RUN_SECTIONS` without paths (fields ending in `PATH_SUFFIXES`) and without `NOT_SHAPING` (the
+    download mirror, torchrun's address and port)."""
+    tree = {section: getattr(params, section).model_dump() for section in RUN_SECTIONS}
+    return {k: v for k, v in flatten(tree).items() if not k.endswith(PATH_SUFFIXES) and k not in NOT_SHAPING}
+
+
 def client():
     """An `MlflowClient` on `tracking_uri()` (mlflow is imported only when tracking is used)."""
     import mlflow
@@ -150,13 +225,54 @@ def client():
     return MlflowClient(uri)
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"  # the tag MLflow's UI writes when one picks an experiment's type
+MODEL_TRAINING = "custom_model_development"  # its value for "Machine learning" (not GenAI)
+EXPERIMENT_NOTE = (
+    "Training runs of the English→German Transformer: one run per `train` stage run (`dvc repro`, "
+    "`dvc exp run` or the Prefect flow), to which `decode` adds the translations and the model and "
+    "`score` the BLEU and chrF scores. See docs/tracking-and-serving.md."
+)
+
+
 def experiment_id(name: str) -> str:
-    """The id of experiment `name`, created (with `artifact_location`) when missing."""
-    c = client()
+    """The id of experiment `name`. Created when missing, with `artifact_location`, a description
+    and `EXPERIMENT_KIND` = `MODEL_TRAINING` (also set on an older experiment without it). An
+    experiment whose artifacts are in another checkout (`foreign_artifacts`) is renamed
+    `<name> (artifacts in <folder>)`, with a message, and a new `name` is created.
+
+    Raises:
+        MlflowException: the tracking server or database cannot be reached or written.
+    """
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    c, uri = client(), tracking_uri()
     found = c.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    return c.create_experiment(name, artifact_location=artifact_location(tracking_uri()))
+    if found is not None and foreign_artifacts(found.artifact_location, uri):
+        set_aside(found.experiment_id, name, found.artifact_location)
+        found = None
+    if found is None:
+        tags = {EXPERIMENT_KIND: MODEL_TRAINING, MLFLOW_RUN_NOTE: EXPERIMENT_NOTE}
+        return c.create_experiment(name, artifact_location=artifact_location(uri), tags=tags)
+    if EXPERIMENT_KIND not in found.tags:
+        c.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+    return found.experiment_id
+
+
+def set_aside(exp_id: str, name: str, location: str) -> None:
+    """Rename experiment `name`, whose artifacts are at `location` in another checkout, so that this
+    checkout's runs get an experiment `name` of their own; says so."""
+    folder, uri = local_path(location), tracking_uri()
+    new_name = f"{name} (artifacts in {folder})"
+    client().rename_experiment(exp_id, new_name)
+    print(f"mlflow: experiment {name!r} of {uri} keeps its artifacts in {folder}, outside this checkout "
+          f"(the database was copied or moved from there): renamed it {new_name!r}; new runs go to a new "
+          f"{name!r} with artifacts in {local_path(artifact_location(uri))}")  # fmt: skip
+
+
+def ui_page(exp_id: str) -> str:
+    """The path of the experiment's runs in MLflow 3's UI (`mlflow ui`), in its model-training view:
+    the UI opens on GenAI traces unless told `workflowType=machine_learning`."""
+    return f"#/experiments/{exp_id}/runs?workflowType=machine_learning"
 
 
 CHECKPOINT_UPLOADS = ("all", "best_and_last", "none")  # values of `mlflow.log_checkpoints`
@@ -209,27 +325,51 @@ def dataset_input(data: TrainingSet, digest: str, n_pairs: int) -> DatasetInput:
     return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "training")])
 
 
+METRIC_NAMES = {  # the loop's names (the log CSV's) -> MLflow's: step curves in sections train/ and val/
+    "train_loss": "train/loss",
+    "lr": "train/lr",
+    "tokens_per_s": "train/tokens_per_s",
+    "val_loss": "val/loss",
+    "val_bleu": "val/greedy_bleu",
+}
+
+
 class MlflowTracker:
-    """Logs to one MLflow run through the client API (no global active run). `log_checkpoints`
-    (`mlflow.log_checkpoints`, one of `CHECKPOINT_UPLOADS`) picks the checkpoint files uploaded;
-    `training_set` describes a train run's pairs (None for the stages after it, which log none)."""
+    """Logs to one MLflow run through the client API. `log_checkpoints` (`mlflow.log_checkpoints`,
+    one of `CHECKPOINT_UPLOADS`) picks the checkpoint files uploaded; `training_set` describes a
+    train run's pairs (None for the stages after it, which log none); `system_metrics` makes the run
+    MLflow's active run with its system metrics (`system/cpu_utilization_percentage`, ...) sampled
+    every 10 s (env MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL), until `finish`."""
 
     def __init__(
-        self, run_id: str, log_checkpoints: str = "all", training_set: TrainingSet | None = None
+        self,
+        run_id: str,
+        log_checkpoints: str = "all",
+        training_set: TrainingSet | None = None,
+        system_metrics: bool = False,
     ) -> None:
         self.run_id, self.client = run_id, client()
         self.log_checkpoints, self.training_set = log_checkpoints, training_set
+        self.system_metrics = system_metrics
+        if system_metrics:
+            import mlflow
+
+            logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop lines
+            mlflow.start_run(run_id=run_id, log_system_metrics=True)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log `metrics` at `step`, renamed by `METRIC_NAMES` (other names as they are)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()]
-        )
+        items = [Metric(METRIC_NAMES.get(k, k), float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=items)
 
     def log_artifact(self, path: Path, artifact_path: str) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
 
     def log_checkpoint(self, path: Path) -> None:
         """Upload a checkpoint file as it is written (`checkpoints/`) when `log_checkpoints` wants it."""
@@ -249,44 +389,142 @@ class MlflowTracker:
         for i in range(0, len(items), 100):  # MLflow caps params per batch at 100
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def log_summary(self, summary: Mapping[str, object]) -> None:
+        """A finished training's figures (steps, epochs, minutes, final model, ...) as tags
+        `summary.<name>`, and its result at the end of the run's description."""
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+        note = self.client.get_run(self.run_id).data.tags.get(MLFLOW_RUN_NOTE, "")
+        self.set_tags(describe.summary_tags(summary) | {MLFLOW_RUN_NOTE: describe.with_result(note, summary)})
+
     def finish(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status)
+        """End the run with `status` (and its system metrics)."""
+        if self.system_metrics:
+            import mlflow
+
+            mlflow.end_run(status)
+        else:
+            self.client.set_terminated(self.run_id, status)
 
 
 RUN_INFO = "mlflow_run.json"  # in the checkpoint folder: the MLflow run a continued training adds to
+TRAIN_SOURCE = "stages/train.py"  # `mlflow.source.name` of a train run
 
 
-def start_train_run(params: Params, out_dir: Path, fingerprint: str, device: object) -> MlflowTracker:
+@dataclass(frozen=True)
+class TrainStart:
+    """What a train run starts from: the training pairs (`digest`: `TokenizedCorpus.digest`,
+    `n_pairs`), the device, and the champion a warm start begins with (`init_from`: {"alias",
+    "version", "run_id"}; None: from scratch)."""
+
+    digest: str
+    n_pairs: int
+    device: str = "cpu"
+    init_from: dict | None = None
+
+
+def start_train_run(params: Params, out_dir: Path, fingerprint: str, start: TrainStart) -> MlflowTracker:
     """The MLflow run of a `train` stage run: the one named in `out_dir/mlflow_run.json` when it has
-    the same `fingerprint` and the training continues (`last.pt` beside it), else a new one named
-    by `run_name`, with every param (flattened) and tags (`git_tags`, device, torch, the corpus
-    checksums). The tracker uploads checkpoints as `mlflow.log_checkpoints` says and knows the
-    training set (`training_set`).
+    the same `fingerprint` and the training continues (`last.pt` beside it), else a new one
+    (`create_train_run`). The tracker samples system metrics, uploads checkpoints as
+    `mlflow.log_checkpoints` says and knows the training set (`training_set`).
 
     Raises:
         MlflowException: the tracking server or database cannot be reached or written.
     """
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
-
-    from pipeline.data.multi30k import corpus_files
-
     exp_id, info = experiment_id(params.mlflow.experiment), Path(out_dir) / RUN_INFO
     options = dict(log_checkpoints=params.mlflow.log_checkpoints, training_set=training_set(params))
     run_id = _continued_run(exp_id, info, fingerprint)
     if run_id:
         print(f"mlflow: continuing run {run_id}")
-        return MlflowTracker(run_id, **options)
-    tags = git_tags() | {"stage": "train", "device": str(device), "torch": _torch_version()}
-    tags |= {f"data.sha256.{n}": sha for n, sha in sorted(corpus_files(params.download.tgt_lang).items())}
-    name = run_name("train", tags[MLFLOW_GIT_COMMIT])
-    run = client().create_run(exp_id, tags=tags, run_name=name)
-    tracker = MlflowTracker(run.info.run_id, **options)
-    tracker.log_params(flatten(params.model_dump()))
+        return MlflowTracker(run_id, **options, system_metrics=True)
+    run = create_train_run(params, exp_id, start)
     write_json(info, {"run_id": run.info.run_id, "fingerprint": fingerprint})
-    print(
-        f"mlflow: run {name!r} ({run.info.run_id}) in experiment {params.mlflow.experiment!r} at {tracking_uri()}"
+    print(f"mlflow: run {run.info.run_name!r} ({run.info.run_id}) in experiment {params.mlflow.experiment!r} "
+          f"at {tracking_uri()}; in `mlflow ui`: {ui_page(exp_id)}")  # fmt: skip
+    return MlflowTracker(run.info.run_id, **options, system_metrics=True)
+
+
+def create_train_run(params: Params, exp_id: str, start: TrainStart):
+    """A new train run in experiment `exp_id`, with the params that shape it (`run_params`), a
+    unique name (`describe.run_name`, numbered when taken), a description (`start_note`) and tags
+    (`git_tags`, `source_tags`, what started it, device, torch, the data, the warm start). Returns
+    the `Run`.
+
+    Raises:
+        MlflowException: the tracking server or database cannot be reached or written.
+    """
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    started_by = describe.trigger()
+    tags = git_tags() | source_tags(TRAIN_SOURCE) | data_tags(params, start) | _init_tags(start.init_from)
+    tags |= {"stage": "train", "trigger": started_by, "device": start.device, "torch": _torch_version()}
+    note = start_note(params, exp_id, start, tags)
+    name = _unique_name(exp_id, describe.run_name(started_by, start.n_pairs, start.digest))
+    run = client().create_run(exp_id, tags=tags | {MLFLOW_RUN_NOTE: note}, run_name=name)
+    MlflowTracker(run.info.run_id).log_params(run_params(params))
+    return run
+
+
+def start_note(params: Params, exp_id: str, start: TrainStart, tags: Mapping[str, str]) -> str:
+    """The description a new train run with `tags` starts with (`describe.start_note`): what
+    started it, where, its data, and what changed (params, `data.*` tags) since the previous train
+    run of experiment `exp_id`."""
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT
+
+    data = training_set(params)
+    incoming = f" ({', '.join(data.incoming)})" if data.incoming else ""
+    facts = {"started_by": tags["trigger"], "commit": tags[MLFLOW_GIT_COMMIT],
+             "branch": tags.get(MLFLOW_GIT_BRANCH, ""), "data": f"{start.n_pairs:,} pairs of {data.name}{incoming}",
+             "digest": start.digest, "start": _start_words(start.init_from)}  # fmt: skip
+    previous = _previous_train_run(exp_id)
+    if previous is None:
+        return describe.start_note(facts, None, [])
+    values = {k: str(v) for k, v in run_params(params).items()}
+    values |= {k: v for k, v in tags.items() if k.startswith("data.")}
+    return describe.start_note(facts, previous.info.run_name, describe.changes(_values_of(previous), values))
+
+
+def data_tags(params: Params, start: TrainStart) -> dict[str, str]:
+    """`data.pairs`, `data.digest` (the pairs' first 12 hex digits) and `data.multi30k`: the first
+    12 hex digits of the SHA-256 of the pinned Multi30k checksums (`corpus_files`)."""
+    from pipeline.data.multi30k import corpus_files
+
+    pinned = "".join(f"{n} {sha}\n" for n, sha in sorted(corpus_files(params.download.tgt_lang).items()))
+    multi30k = hashlib.sha256(pinned.encode()).hexdigest()[:12]
+    return {"data.pairs": str(start.n_pairs), "data.digest": start.digest[:12], "data.multi30k": multi30k}
+
+
+def _start_words(init_from: dict | None) -> str:
+    return f"fine-tuned from {init_from['alias']} v{init_from['version']}" if init_from else "from scratch"
+
+
+def _init_tags(init_from: dict | None) -> dict[str, str]:
+    return {f"init_from.{k}": str(v) for k, v in (init_from or {}).items()}
+
+
+def _previous_train_run(exp_id: str):
+    """The latest train run of experiment `exp_id`, or None."""
+    found = client().search_runs(
+        [exp_id], "tags.stage = 'train'", order_by=["attributes.start_time DESC"], max_results=1
     )
-    return tracker
+    return found[0] if found else None
+
+
+def _values_of(run) -> dict[str, str]:
+    """A run's params and data tags, to compare with a new run's."""
+    return run.data.params | {k: v for k, v in run.data.tags.items() if k.startswith("data.")}
+
+
+def _unique_name(exp_id: str, name: str) -> str:
+    """`name`, numbered (`describe.numbered`) when a run of experiment `exp_id` has it."""
+    found = client().search_runs([exp_id], f"attributes.run_name LIKE '{name}%'", max_results=50_000)
+    return describe.numbered(name, {run.info.run_name for run in found})
 
 
 def _continued_run(exp_id: str, info: Path, fingerprint: str) -> str | None:
@@ -336,9 +574,22 @@ def write_run_id(path: Path, run_id: str) -> None:
 
 def run_of(run_id_file: Path, enabled: bool) -> Tracker:
     """The tracker of the train stage's MLflow run named in `run_id_file` (for the stages after
-    it); NullTracker when tracking is off or the file is empty."""
+    it); NullTracker when tracking is off, the file is empty, or the run keeps its artifacts in
+    another checkout (`foreign_artifacts`: then it says so).
+
+    Raises:
+        MlflowException: the run is not in the tracking database, or it cannot be reached.
+    """
     run_id = read_run_id(run_id_file) if enabled else None
-    return MlflowTracker(run_id) if run_id else NullTracker()
+    if not run_id:
+        return NullTracker()
+    location = client().get_run(run_id).info.artifact_uri
+    if foreign_artifacts(location, tracking_uri()):
+        print(f"mlflow: run {run_id} keeps its artifacts in {local_path(location)}, outside this checkout "
+              "(mlflow.db was copied or moved from there): nothing is logged to it; rerun the train stage "
+              "here (`dvc repro -f train`) for a run of this checkout's own")  # fmt: skip
+        return NullTracker()
+    return MlflowTracker(run_id)
 
 
 def read_run_id(path: Path) -> str | None:

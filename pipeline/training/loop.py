@@ -56,6 +56,7 @@ from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 from pipeline.training.progress import ConsoleProgress
 from pipeline.training.schedule import learning_rate
+from pipeline.training.threads import ThreadsForLoad
 from pipeline.training.validation import Validation
 
 LOG_EVERY = 50  # steps between train-loss records (MLflow) and plain progress lines
@@ -131,6 +132,7 @@ def train(
     started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
     console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
     window = Window()
+    threads = threads_for_load(cfg, run)
 
     def validation_point(lr: float) -> None:  # rank 0: validate, log, save the checkpoints
         progress.wall_seconds = time.time() - started
@@ -168,6 +170,9 @@ def train(
             window.add(loss, n_tokens)
             stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
             console.update(progress.step, time.time() - started, stats)
+            if threads is not None and threads.update():
+                console.line(f"threads: {torch.get_num_threads()} (other processes keep "
+                             f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)")  # fmt: skip
             if world.is_main and progress.step % LOG_EVERY == 0:
                 run.tracker.log_metrics(stats, progress.step)
             if world.is_main and progress.step % cfg.val_every == 0:
@@ -179,6 +184,15 @@ def train(
     if world.is_main:
         write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
     return progress
+
+
+def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None:
+    """The thread chooser of a single CPU process whose `threads` param is unset (null), up to
+    the threads torch has now (one per core unless set); None for a set count, a GPU, or DDP
+    ranks sharing the cores: they keep their threads."""
+    if cfg.threads is not None or run.device.type != "cpu" or run.world.size > 1:
+        return None
+    return ThreadsForLoad(max_threads=torch.get_num_threads())
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
@@ -358,16 +372,16 @@ def save_final_model(
         "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
-    run.tracker.log_metrics(metrics, progress.step)  # the DVC metric names
     start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
     stop = stopped_by(progress, cfg.optim)
+    run.tracker.log_summary(metrics | {"final_model": choice["source"], "stopped_by": stop})
     print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}, ended by {stop}; "
           f"final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
     return metrics, run_facts(cfg, run, choice, stop)
 
 
 def summary(progress: Progress) -> dict[str, float]:
-    """The numbers of a finished run people compare (DVC metrics; MLflow metrics of the same names)."""
+    """The numbers of a finished run people compare (DVC metrics; MLflow tags `summary.<name>`)."""
     rows = progress.log
     return {
         "steps": progress.step,

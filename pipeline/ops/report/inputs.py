@@ -1,7 +1,8 @@
 """What the results page shows, read from the run's files as plain data (`ReportInputs`).
 
 Every path comes from params: the decode stage's translations and time-machine outputs, the score
-stage's scores and signatures, the train stage's summary, facts and MLflow run id.
+stage's scores and signatures, the train stage's summary, facts and MLflow run id. With tracking on,
+the run's registered versions and the champion come from the MLflow registry.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pipeline.data import translations as tr
 from pipeline.data.multi30k import load_corpus
 from pipeline.ops import robustness
 from pipeline.ops.robustness import RobustnessResult
+from pipeline.tracking import registry
+from pipeline.tracking.registry import VersionInfo
 from pipeline.tracking.runs import git_commit, read_run_id
 
 BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
@@ -50,7 +53,9 @@ class ReportInputs:
     `optim` config; `robustness`: the robustness table's result and the upper-case BLEU pair
     (normal source, upper-cased source); `time_machine_*`: the tutorial's sentences (as translated),
     our translations and the tutorial's German; `bucket_*`: one split's English, our output and the
-    references; `links`: name -> file listed at the end of the page (only existing ones are linked).
+    references; `links`: name -> file listed at the end of the page (only existing ones are linked);
+    `versions`: the registered versions of the MLflow run (None: tracking off), `champion`: the
+    version `champion` names.
     """
 
     metrics: dict
@@ -68,6 +73,8 @@ class ReportInputs:
     mlflow_run_id: str | None = None
     links: dict[str, Path] = field(default_factory=dict)
     tgt_lang: str = "de"
+    versions: list[VersionInfo] | None = None
+    champion: VersionInfo | None = None
 
 
 def load_inputs(params: Params) -> ReportInputs:
@@ -75,6 +82,7 @@ def load_inputs(params: Params) -> ReportInputs:
 
     Raises:
         DataError: a file a finished run always has is missing or malformed (names the file).
+        MlflowException: tracking is on and the registry cannot be read.
     """
     tgt, corpus = params.download.tgt_lang, load_corpus(params.download.out_dir)
     dec, train = params.decode, params.train
@@ -82,6 +90,8 @@ def load_inputs(params: Params) -> ReportInputs:
     test, splits = corpus[BUCKET_SPLIT], [s for s in tr.EVAL_SPLITS if s in corpus]
     config = {"model": train.model.model_dump(), "optim": train.optim.model_dump()}
     en, tutorial_de = tm.read(Path(dec.time_machine_tsv))
+    run_id = read_run_id(Path(train.run_id_file))
+    versions, champion = registry_entries(params, run_id)
     run_files = {
         "train log": train.log_csv,
         "train summary": train.metrics_json,
@@ -104,10 +114,25 @@ def load_inputs(params: Params) -> ReportInputs:
         bucket_hyps=tr.read_lines(tr.translation_path(translations, BUCKET_SPLIT, tgt)),
         bucket_refs=test[tgt],
         git_commit=git_commit(),
-        mlflow_run_id=read_run_id(Path(train.run_id_file)),
+        mlflow_run_id=run_id,
         links={f"{s} scores": tr.scores_path(scores, s) for s in splits}
         | {"score signatures": Path(params.score.facts_json), "time machine": Path(dec.time_machine_md)}
         | {name: Path(path) for name, path in run_files.items()}
         | {f"{s} translations": tr.translation_path(translations, s, tgt) for s in splits},
         tgt_lang=tgt,
+        versions=versions,
+        champion=champion,
     )
+
+
+def registry_entries(
+    params: Params, run_id: str | None
+) -> tuple[list[VersionInfo] | None, VersionInfo | None]:
+    """The versions of `mlflow.model_name` registered from run `run_id` (None when tracking is
+    off), and the champion."""
+    if not params.mlflow.enabled:
+        return None, None
+    if not run_id:
+        return [], None
+    name = params.mlflow.model_name
+    return registry.run_versions(name, run_id), registry.champion(name)

@@ -6,7 +6,6 @@ renders on GitHub and in any Markdown viewer.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from pipeline.data import time_machine as tm
 from pipeline.data.languages import target
 from pipeline.data.multi30k import LANG_NAMES
 from pipeline.ops.report.inputs import ReportInputs
+from pipeline.tracking.registry import VersionInfo
 
 TEMPLATE = "page.md.j2"
 TUTORIAL_CLAIM = {  # the tutorial, chapter 50 "Full Transformer from Scratch"
@@ -65,7 +65,6 @@ def run_facts(inputs: ReportInputs, decode: DecodeConfig) -> list[tuple[str, str
     """The run table's (name, value) rows: sizes, recipe, budget used, machine, provenance."""
     s = inputs.summary
     seconds = s.get("wall_seconds", s.get("minutes", math.nan) * 60)
-    choice = s.get("final_model")
     return [
         ("parameters", f"{s['parameters']:,}" if isinstance(s.get("parameters"), int) else "–"),
         ("model", ", ".join(f"{k}={v}" for k, v in s.get("model", {}).items())),
@@ -80,10 +79,72 @@ def run_facts(inputs: ReportInputs, decode: DecodeConfig) -> list[tuple[str, str
             f"{s.get('threads', '–')} threads",
         ),  # fmt: skip
         ("torch", str(s.get("torch", "–"))),
-        ("final model", json.dumps(choice) if choice is not None else "–"),
         ("git commit", f"`{inputs.git_commit}`"),
         ("MLflow run id", f"`{inputs.mlflow_run_id}`" if inputs.mlflow_run_id else "not tracked"),
     ]
+
+
+def candidate_words(name: str) -> str:
+    """A final-model candidate's name (`pipeline.training.checkpoint.candidates`) in words."""
+    if name.startswith("average_last_"):
+        return f"the average of the last {name.removeprefix('average_last_')} step checkpoints"
+    words = {"best": "`best.pt` (the best validation)", "ema": "the moving average of the weights"}
+    return words.get(name, name)
+
+
+def final_model_sentence(choice: dict | None) -> str:
+    """The final-model choice of `train_facts.json` (`{"source": name, "candidates": {name: greedy
+    val BLEU}}`) as a sentence; "–" when absent."""
+    if not choice:
+        return "–"
+    source, scores = choice["source"], choice.get("candidates", {})
+    text = f"{candidate_words(source)}, chosen on greedy val BLEU ({num(scores.get(source))})"
+    others = [f"{candidate_words(name)} ({num(value)})" for name, value in scores.items() if name != source]
+    return text + (" over " + " and ".join(others) if others else "")
+
+
+def version_line(model_name: str, version: VersionInfo) -> str:
+    """`model_name` vN, its aliases and what promotion made of it."""
+    aliases = f"aliases {', '.join(f'`{a}`' for a in version.aliases)}" if version.aliases else "no alias"
+    return f"`{model_name}` v{version.version} ({aliases}): {promotion_sentence(version)}"
+
+
+def promotion_sentence(version: VersionInfo) -> str:
+    """The last promotion decision on `version`, from its `promotion.*` and `rollback.*` tags."""
+    t = version.tags
+    if "rollback.replaced_by" in t:
+        return f"rolled back on {t.get('rollback.time', '?')[:10]}: `champion` went back to v{t['rollback.replaced_by']}"
+    decision, when = t.get("promotion.decision"), t.get("promotion.time", "?")[:10]
+    if decision is None:
+        return "not compared with the champion yet (the Prefect flow compares after the stages)"
+    if "promotion.p_value" not in t and decision == "promoted":
+        return f"promoted to champion on {when}, the first champion"
+    if "promotion.p_value" not in t:
+        return f"{decision} on {when}"
+    ours, theirs = float(t["promotion.bleu_candidate"]), float(t["promotion.bleu_champion"])
+    compared = (f"val BLEU {ours:.2f} against champion v{t['promotion.champion_version']}'s {theirs:.2f}, "
+                f"paired bootstrap p = {t['promotion.p_value']}")  # fmt: skip
+    if decision == "promoted":
+        return f"promoted to champion on {when}: {compared} < {t['promotion.p_threshold']}"
+    return f"the champion was kept on {when}: {compared}"
+
+
+def model_lines(inputs: ReportInputs, model_name: str) -> list[str]:
+    """The page's lines on the registered model: each version of this run, and the champion when it
+    is another run's; one line saying why there is none otherwise."""
+    if not inputs.mlflow_run_id:
+        return ["Not tracked: no MLflow run, no registered version."]
+    if inputs.versions is None:
+        return ["The registry was not read: tracking is off (`mlflow.enabled`)."]
+    if not inputs.versions:
+        return [f"MLflow run `{inputs.mlflow_run_id}` has no version of `{model_name}` in this database."]
+    lines = [version_line(model_name, v) for v in inputs.versions]
+    champion = inputs.champion
+    if champion is None:
+        lines.append("No version is `champion` yet.")
+    elif champion.version not in {v.version for v in inputs.versions}:
+        lines.append(f"The champion is v{champion.version}, another run's model.")
+    return lines
 
 
 def render(
@@ -137,5 +198,7 @@ def render(
             (s, link(p, base, f"cross-attention {i}", image=True)) for i, (s, p) in enumerate(attention, 1)
         ],
         facts=run_facts(inputs, decode),
+        final_model=final_model_sentence(inputs.summary.get("final_model")),
+        model_lines=model_lines(inputs, params.mlflow.model_name),
         files=[link(path, base, name) for name, path in inputs.links.items() if Path(path).exists()],
     )
