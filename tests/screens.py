@@ -1,6 +1,6 @@
 """Screenshots of the screens users work in, after a smoke run: not part of the test suite.
 
-    python tests/screens.py [--out screens] [--work DIR] [--keep-servers]
+    python tests/screens.py [--out screens] [--work DIR [--reuse]]
 
 In a scratch copy of the repository with `tests/smoke_params.yaml` (the whole DAG on ~500 pairs),
 tracked into its own MLflow database and Prefect home: `dvc repro`, then two flow runs
@@ -123,13 +123,13 @@ def mlflow_screens(work: Path, env: dict, out: Path) -> list[tuple[str, str]]:
         )
         train = [r["info"]["run_id"] for r in found["runs"] if r["data"].get("params")]
         first, last = train[-1], train[0]  # newest first
-        model = get_json(f"{base}/api/2.0/mlflow/registered-models/search", {})["registered_models"][0][
-            "name"
-        ]
-        artifacts = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={last}&path=translations")
+        model = get_json(f"{base}/api/2.0/mlflow/registered-models/search")["registered_models"][0]["name"]
+        artifacts = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={last}&path=reports/translations")
         preview = next((f["path"] for f in artifacts.get("files", []) if not f["is_dir"]), "")
         pages = [
-            ("mlflow-runs.png", f"#/experiments/{exp_id}", "the experiment's runs list"),
+            ("mlflow-experiment.png", f"#/experiments/{exp_id}", "the experiment as it opens by default"),
+            ("mlflow-runs.png", f"#/experiments/{exp_id}/runs?workflowType=machine_learning",
+             "the runs list, by the link the train stage prints"),
             ("mlflow-compare.png", f'#/compare-runs?runs=["{first}","{last}"]&experiments=["{exp_id}"]',
              "the dvc-repro run and the flow's retrain compared"),
             ("mlflow-run.png", f"#/experiments/{exp_id}/runs/{last}", "the retrained run's overview"),
@@ -148,7 +148,8 @@ def prefect_screens(work: Path, env: dict, out: Path) -> list[tuple[str, str]]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    with server(cmd, work, env, f"{base}/api/health"):
+    ui_env = env | {"PREFECT_UI_API_URL": f"{base}/api"}  # the UI's default is port 4200
+    with server(cmd, work, ui_env, f"{base}/api/health"):
         runs = get_json(f"{base}/api/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 5})
         newest = runs[0]["id"]
         artifacts = get_json(f"{base}/api/artifacts/filter", {"sort": "CREATED_DESC", "limit": 5})
@@ -173,14 +174,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("screens"), help="where the PNGs go")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: a new temp folder)")
+    p.add_argument("--reuse", action="store_true", help="--work already holds the smoke runs: only shoot")
     args = p.parse_args()
     if not MIRROR.is_dir():
         sys.exit(f"Multi30k mirror {MIRROR} absent: set MULTI30K_MIRROR")
     root = args.work or Path(tempfile.mkdtemp(prefix="screens-"))
-    work = repo_copy(root / "repo")
-    write_params(work)
-    env = dag_env(root / "mlflow.db") | {"PREFECT_HOME": str(root / "prefect")}
-    smoke_runs(work, env)
+    work, env = root / "repo", dag_env(root / "mlflow.db") | {"PREFECT_HOME": str(root / "prefect")}
+    if not args.reuse:
+        write_params(repo_copy(work))
+        smoke_runs(work, env)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     shown = mlflow_screens(work, env, out) + prefect_screens(work, env, out) + plots_screen(work, env, out)
