@@ -1,25 +1,32 @@
-"""Training cost per target token at two batch sizes: ours at `max_tokens` A vs B, side by side.
+"""Training cost per target token at two batch sizes: ours at `max_tokens` A vs B, side by side,
+optionally also in both precisions and under `torch.compile`.
 
 Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
 
     python -m bench.batch_tokens [--max-tokens 2500,5000] [--steps 12] [--warmup 2]
+        [--config default|wu_tiny|tiny] [--precisions fp32,bf16] [--compile]
 
 Why: a step over more tokens runs larger matmuls, which may use more of the matrix peak (a bf16
 CPU most of all), so the same training tokens may cost fewer seconds in fewer, larger steps.
 Whether those steps buy the same BLEU is the recipe study's question; this measures the cost.
 
-Each size gets its own copy of our model (`train.model`, the same initial weights) and its own
+A lane is one (size, precision, eager or compiled) and gets its own copy of our model (`train.model`,
+or a named shape with `--config`; the same initial weights); the lanes of one size share its
 batches: the first `warmup + steps` batches of the trainer's epoch-0 order cut at that
-`max_tokens`. Step i of every size runs before step i + 1 of any, the order of the sizes
+`max_tokens`. Step i of every lane runs before step i + 1 of any, the order of the lanes
 rotating each step, so machine noise hits all alike. A step is the trainer's own
-`pipeline.training.loop.train_step` in the trainer's precision.
+`pipeline.training.loop.train_step`, in the trainer's precision unless `--precisions` lists
+others. A compiled lane is `torch.compile(dynamic=True)`; its compilation falls in the untimed
+warm-up steps.
 
 Per size: tok/s = target tokens / seconds over the timed steps; achieved GFLOP/s likewise with
 `pipeline.model.flops`'s count; mfu = achieved / the matmul peak in the step's dtype, measured in the same
 run. `per_token_speedup` = median over steps i of (tok/s of the last size at step i) / (tok/s of
-the first size at step i): above 1, the larger steps cost less per target token.
+the first size at step i), both in the first precision, eager: above 1, the larger steps cost
+less per target token. A row's `vs_first_lane` is the median over steps of its tok/s / that of
+its size's first lane (first precision, eager) on the same batch.
 
-Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one row per size).
+Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one row per lane).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -35,14 +43,23 @@ from bench.common import (
     command_line,
     load_inputs,
     median,
+    named_configs,
     parse_override,
     record,
     sig,
     table,
 )
-from bench.train_speed import Batch, Runner, make_batch, matmul_peaks, race_lanes, real_batches
+from bench.flops import matmul_peak_gflops
+from bench.train_speed import (
+    Batch,
+    Runner,
+    compiled,
+    make_batch,
+    race_lanes,
+    real_batches,
+)
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
-from pipeline.core.device import setup
+from pipeline.core.device import setup, use_bf16
 from pipeline.core.errors import ConfigError, run_main
 from pipeline.data.batching import Pair
 from pipeline.model.flops import train_step_flops
@@ -87,50 +104,103 @@ def size_batches(
     return out
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One racer: a batch size, a precision, eager or compiled."""
+
+    size: int
+    bf16: bool
+    compiled: bool = False
+
+    @property
+    def name(self) -> str:
+        mode = " compiled" if self.compiled else ""
+        return f"max_tokens {self.size} {'bf16' if self.bf16 else 'fp32'}{mode}"
+
+
+def lanes_of(sizes: Sequence[int], precisions: Sequence[bool], compile: bool) -> list[Lane]:
+    """Every (size, precision, eager / compiled) combination, size by size."""
+    modes = [False, True] if compile else [False]
+    return [Lane(s, p, c) for s in sizes for p in precisions for c in modes]
+
+
 def run(
     pairs: list[Pair],
     cfg: ModelConfig,
     vocab: int,
     ids: tuple[int, int, int],
     optim: OptimConfig,
-    sizes: Sequence[int],
+    lanes: Sequence[Lane],
     device: torch.device,
-    bf16: bool,
     steps: int,
     warmup: int,
     peak_size: int,
 ) -> dict:
-    """Race one model per size; returns the figures for bench.json."""
+    """Race one model per lane; returns the figures for bench.json."""
+    sizes = sorted({lane.size for lane in lanes})
     by_size = size_batches(pairs, optim, sizes, warmup + steps, ids, device)
     torch.manual_seed(optim.seed)
     first = Transformer(cfg, vocab, ids[0]).to(device)
-    models = [first] + [copy.deepcopy(first) for _ in sizes[1:]]
-    runners = [
-        Runner(f"max_tokens {s}", m.train(), bf16, make_optimizer(m, optim))
-        for s, m in zip(sizes, models, strict=True)
-    ]
-    race_lanes(runners, [by_size[s] for s in sizes], warmup, optim)
-    peak = matmul_peaks(device, bf16, peak_size)["bf16" if bf16 else "fp32"]
-    detail, speeds = [], []
-    for size, r in zip(sizes, runners, strict=True):
-        timed_batches = by_size[size][warmup:]
+    runners = []
+    for lane in lanes:
+        model = copy.deepcopy(first).train()
+        model = compiled(model) if lane.compiled else model
+        runners.append(Runner(lane.name, model, lane.bf16, make_optimizer(model, optim)))
+    race_lanes(runners, [by_size[lane.size] for lane in lanes], warmup, optim)
+    peaks = {bf16: peak_gflops(device, bf16, peak_size) for bf16 in {lane.bf16 for lane in lanes}}
+    speeds = {
+        lane: per_step_speeds(by_size[lane.size][warmup:], r) for lane, r in zip(lanes, runners, strict=True)
+    }
+    detail = []
+    for lane, r in zip(lanes, runners, strict=True):
+        timed_batches = by_size[lane.size][warmup:]
         tokens = [b.tokens for b in timed_batches]
         flops = sum(train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches)
         achieved = flops / sum(r.seconds) / 1e9
-        speeds.append([t / s for t, s in zip(tokens, r.seconds, strict=True)])
+        reference = speeds[Lane(lane.size, lanes[0].bf16)]
         detail.append(
             {
-                "max_tokens": size,
-                "precision": "bf16" if bf16 else "fp32",
+                "max_tokens": lane.size,
+                "precision": "bf16" if lane.bf16 else "fp32",
+                "compiled": lane.compiled,
                 "tgt_tokens_per_step": sig(sum(tokens) / len(tokens)),
                 "ms_per_step": sig(1e3 * median(r.seconds)),
                 "tok_s": sig(sum(tokens) / sum(r.seconds)),
+                "vs_first_lane": sig(median([a / b for a, b in zip(speeds[lane], reference, strict=True)])),
                 "achieved_gflops": sig(achieved),
-                "mfu": sig(achieved / peak),
+                "mfu": sig(achieved / peaks[lane.bf16]),
             }
         )
-    speedup = median([b / a for a, b in zip(speeds[0], speeds[-1], strict=True)])
+    small, large = (speeds[Lane(size, lanes[0].bf16)] for size in (sizes[0], sizes[-1]))
+    speedup = median([b / a for a, b in zip(small, large, strict=True)])
     return {"per_token_speedup": sig(speedup), "batch_tokens_detail": detail}
+
+
+def peak_gflops(device: torch.device, bf16: bool, size: int) -> float:
+    """The matmul peak (GFLOP/s) in bf16 or fp32 (bf16 at most 512² where it is not native:
+    emulated bf16 is slow)."""
+    if not bf16:
+        return matmul_peak_gflops(torch.float32, device, size)
+    return matmul_peak_gflops(torch.bfloat16, device, size if use_bf16(device, "auto") else min(size, 512))
+
+
+def per_step_speeds(batches: Sequence[Batch], runner: Runner) -> list[float]:
+    """Target tokens/s of each timed step of `runner` on `batches`."""
+    return [b.tokens / s for b, s in zip(batches, runner.seconds, strict=True)]
+
+
+def parse_precisions(text: str | None) -> list[bool] | None:
+    """`"fp32,bf16"` -> [False, True] (bf16 or not); None -> None (the trainer's precision).
+
+    Raises:
+        ConfigError: an unknown name or a repeat.
+    """
+    if text is None:
+        return None
+    names = text.split(",")
+    if any(n not in ("fp32", "bf16") for n in names) or len(set(names)) < len(names):
+        raise ConfigError(f"--precisions {text!r}: give fp32 and/or bf16, comma-separated, each once")
+    return [n == "bf16" for n in names]
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -140,18 +210,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=12, help="timed steps per size")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per size first")
     p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
+    p.add_argument("--config", default="default", help="model shape: default (train.model), wu_tiny, tiny")
+    p.add_argument(
+        "--precisions", default=None, help="fp32 and/or bf16, e.g. fp32,bf16 (default: the trainer's)"
+    )
+    p.add_argument("--compile", action="store_true", help="race each lane under torch.compile too")
     args = p.parse_args(argv)
-    sizes = parse_sizes(args.max_tokens)
+    sizes, precisions = parse_sizes(args.max_tokens), parse_precisions(args.precisions)
     params, tok, corpus = load_inputs(args.params)
     optim = params.train.optim
-    cfg = with_updates(params.train.model, parse_override(args.model_override))
+    cfg = named_configs(params, [args.config], parse_override(args.model_override))[args.config]
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
+    lanes = lanes_of(sizes, precisions or [bf16], args.compile)
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
     peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
-    figures = run(
-        pairs, cfg, tok.vocab_size, ids, optim, sizes, device, bf16, args.steps, args.warmup, peak_size
-    )
+    figures = run(pairs, cfg, tok.vocab_size, ids, optim, lanes, device, args.steps, args.warmup, peak_size)
     print("\n".join(table(figures["batch_tokens_detail"])))
     print(f"per_token_speedup (max_tokens {sizes[-1]} vs {sizes[0]}): {figures['per_token_speedup']}")
     record(args.out_dir, "batch_tokens", command_line("bench.batch_tokens", argv), figures, device)

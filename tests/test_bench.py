@@ -149,6 +149,24 @@ def test_batch_tokens_compares_two_sizes(reports: dict) -> None:
     assert all(row["tok_s"] > 0 and 0 < row["mfu"] for row in (small, large))
 
 
+def test_batch_tokens_races_each_size_in_both_precisions_eager_and_compiled(workspace: Path) -> None:
+    """torch.compile is the identity here: compiling takes minutes."""
+    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
+    lanes = ["--config", "wu_tiny", "--precisions", "fp32,bf16", "--compile"]
+    bench("bench.batch_tokens", *common_args(workspace, "lanes"), *args, *lanes, no_compile=True)
+    rows = json.loads((workspace / "lanes" / "bench.json").read_text())["batch_tokens_detail"]
+    assert [(r["max_tokens"], r["precision"], r["compiled"]) for r in rows] == [
+        (size, precision, compiled)
+        for size in (200, 400)
+        for precision in ("fp32", "bf16")
+        for compiled in (False, True)
+    ]
+    assert [r["vs_first_lane"] for r in rows if r["precision"] == "fp32" and not r["compiled"]] == [1, 1]
+    assert all(r["tok_s"] > 0 and r["vs_first_lane"] > 0 for r in rows)
+    done = bench("bench.batch_tokens", "--precisions", "fp32,fp16", ok=False)
+    assert last_error(done).endswith("give fp32 and/or bf16, comma-separated, each once")
+
+
 def last_error(done: subprocess.CompletedProcess) -> str:
     assert done.returncode == 1, done.stderr[-3000:]
     return done.stderr.strip().splitlines()[-1]

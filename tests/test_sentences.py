@@ -8,7 +8,14 @@ import pytest
 
 from pipeline.core.config import DecodeConfig
 from pipeline.data.placeholders import PLACEHOLDERS
-from pipeline.serving.sentences import clean, cut_word, split_between_spans, split_long, split_sentences
+from pipeline.serving.sentences import (
+    clean,
+    cut_word,
+    split_at_long_words,
+    split_between_spans,
+    split_long,
+    split_sentences,
+)
 from pipeline.serving.spans import find_spans
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +65,24 @@ def test_split_long_prefers_punctuation() -> None:
 def pieces(text: str) -> int:
     """A stand-in tokenizer's count: a word-boundary piece per word, then one per character."""
     return sum(1 + len(word) for word in text.split())
+
+
+def test_a_word_over_the_limit_is_set_apart_and_the_rest_kept_in_order() -> None:
+    word = "x" * 60
+    assert split_at_long_words(f"A {word} b, {word}", pieces, 50) == [
+        ("A", False),
+        (word, True),
+        ("b,", False),
+        (word, True),
+    ]
+    assert split_at_long_words(f"  {word}  ", pieces, 50) == [(word, True)]
+    assert split_at_long_words("x" * 48 + " short", pieces, 50) == [
+        ("x" * 48 + " short", False)
+    ]  # 49 pieces fit
+    assert split_at_long_words("x" * 49, pieces, 50) == [("x" * 49, False)]  # 50: exactly the limit
+    assert split_at_long_words("x" * 50, pieces, 50) == [("x" * 50, True)]
+    with pytest.raises(ValueError, match="at least 1"):
+        split_at_long_words("a", pieces, 0)
 
 
 def test_a_word_over_the_limit_is_cut_into_runs_that_fit() -> None:

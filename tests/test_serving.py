@@ -60,6 +60,8 @@ def test_params_per_request(logged, monkeypatch) -> None:
     model = mlflow.pyfunc.load_model(model_uri)
     one = model.predict(["A man walks in the park.", ""], params={"beam_size": 2})
     assert len(one) == 2 and one[0] and one[1] == ""
+    word = "QUJD" * 40  # 160 characters: over the 127 pieces a source may have, copied as it is
+    assert word in model.predict([f"A dog sees {word} here."])[0]
     ranked = model.predict(["A man walks in the park."], params={"beam_size": 3, "n_best": 3})
     assert [h["rank"] for h in ranked[0]] == [1, 2, 3]
     assert ranked[0][0]["score"] >= ranked[0][2]["score"]

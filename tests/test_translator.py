@@ -57,18 +57,18 @@ def test_placeholders_are_single_pieces_that_survive_normalisation(tok: Tokenize
     ids=["10k-digits", "200kB-sentences", "200kB-dots"],
 )
 def test_long_lines_are_prepared_in_seconds(tok: Tokenizer, line: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: wall time depends on the machine's load
     sentences = prepare([line], tok, max_pieces=64)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
     assert "".join(s.text for s in sentences).replace(" ", "") == line.replace(" ", "")
 
 
-def test_a_word_longer_than_the_model_takes_is_cut_around_its_placeholders(tok: Tokenizer) -> None:
-    word = "".join("x" * 13 + mark for mark in "🙂🐕🙂🐕")  # emoji: spans, placeholders in the word
+def test_a_word_longer_than_the_model_takes_is_copied_with_its_emoji(tok: Tokenizer) -> None:
+    word = "".join("x" * 13 + mark for mark in "🙂🐕🙂🐕")  # emoji: spans in the word
     engine = Echo(tok)
-    [out] = translate_lines(engine, [f"A {word} b."], CFG, max_pieces=16)  # 15 pieces: ▁, 13 x, `｟`
-    assert len(engine.seen) > 4 and all(len(tok.encode(text)) <= 15 for text in engine.seen)
-    assert out.replace(" ", "") == f"A{word}b."  # every emoji back in its place
+    [out] = translate_lines(engine, [f"A {word} b."], CFG, max_pieces=16)  # 15 pieces: ▁, 13 x, `🙂`
+    assert engine.seen == ["A", "b."] and all(len(tok.encode(text)) <= 15 for text in engine.seen)
+    assert out.split() == ["A", word, "b."]  # the word whole, between the two translated parts
 
 
 def test_more_spans_than_placeholders_are_translated_in_parts(tok: Tokenizer) -> None:

@@ -1,5 +1,6 @@
-"""A raw input line into the texts the model translates: cleaned, split into sentences, a sentence
-with more protected spans than placeholders cut into parts, an over-long one into chunks.
+"""A raw input line into the texts the model translates: cleaned, split into sentences, a word
+longer than the model's input set apart to be copied, a sentence with more protected spans than
+placeholders cut into parts, an over-long one into chunks.
 
 sentencex (Wikimedia's rule-based segmenter, linear time) splits a line into sentences; it reads
 a copy of the line in which every pattern span (`pipeline.serving.spans`: numbers, URLs, e-mails,
@@ -68,6 +69,29 @@ def _masked(line: str) -> tuple[str, list[int]]:
     pieces.append(line[last:])
     origin += range(last, len(line) + 1)
     return "".join(pieces), origin
+
+
+def split_at_long_words(text: str, count: Callable[[str], int], limit: int) -> list[tuple[str, bool]]:
+    """`text` as (segment, is_long_word) pairs, in order: each word of more than `limit` pieces
+    (`count(word)`; a base64 blob, 200,000 × `x`) is a segment of its own, the text between two
+    such words another (stripped; empty ones left out). No word is a language's word at that
+    length, so a caller copies it instead of translating it. Returns `[(text, False)]` when no word
+    is that long. Linear in `len(text)`: only words of at least `limit` characters are counted.
+
+    Raises:
+        ValueError: `limit` below 1.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    segments, last = [], 0
+    for word in re.finditer(r"\S+", text):
+        # a piece holds at least one character, plus one word-boundary piece at most
+        if len(word[0]) + 1 <= limit or count(word[0]) <= limit:
+            continue
+        segments += [(text[last : word.start()].strip(), False), (word[0], True)]
+        last = word.end()
+    segments.append((text[last:].strip(), False))
+    return [(segment, long) for segment, long in segments if segment]
 
 
 def split_between_spans(text: str, spans: Sequence[Span], limit: int) -> list[Part]:

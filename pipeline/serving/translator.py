@@ -4,14 +4,16 @@
 `load_translator` gives our engine (a checkpoint checked against the tokenizer: vocabulary size
 and special ids), `load_ct2_translator` the CTranslate2 engine; both are `pipeline.serving.engine.Engine`s,
 chosen once. `translate_lines` takes raw lines: each is split into sentences, protected spans
-become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, sentences longer than the
-trained maximum are cut into chunks; all model inputs of all lines go to the engine together, then
-case, spans and lines are restored (`pipeline.serving.sentences`, `spans`, `protection`, `casing`,
-`repeats`). One output line per input line; an empty line stays empty.
+become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, a word longer than the
+trained maximum is copied untranslated, a sentence longer than it is cut into chunks; all model
+inputs of all lines go to the engine together, then case, spans and lines are restored
+(`pipeline.serving.sentences`, `spans`, `protection`, `casing`, `repeats`). One output line per
+input line; an empty line stays empty.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -30,7 +32,14 @@ from pipeline.serving.ct2 import Ct2Engine, load_ct2, vocabulary_size
 from pipeline.serving.engine import Engine
 from pipeline.serving.protection import missing_placeholders, protect, restore, translatable
 from pipeline.serving.repeats import collapse_punctuation, collapse_repeats
-from pipeline.serving.sentences import Part, clean, split_between_spans, split_long, split_sentences
+from pipeline.serving.sentences import (
+    Part,
+    clean,
+    split_at_long_words,
+    split_between_spans,
+    split_long,
+    split_sentences,
+)
 from pipeline.serving.spans import NameRule, Representable, Span, find_spans, foreign
 from pipeline.serving.torch_engine import TorchEngine
 from pipeline.training.checkpoint import load_model
@@ -126,10 +135,25 @@ def prepare(
     sentences = []
     for number, line in enumerate(lines):
         for text in split_sentences(clean(line)):
-            found = find_spans(text, representable, is_name, language)
-            for part in split_between_spans(text, found, len(PLACEHOLDERS)):
-                sentences.append(_prepare_part(number, part, count, limit))
+            for k, (segment, long_word) in enumerate(split_at_long_words(text, count, limit)):
+                if long_word:
+                    sentences.append(_long_word(number, segment, continues=k > 0, limit=limit))
+                    continue
+                found = find_spans(segment, representable, is_name, language)
+                for part in split_between_spans(segment, found, len(PLACEHOLDERS)):
+                    part = dataclasses.replace(part, continues=part.continues or k > 0)
+                    sentences.append(_prepare_part(number, part, count, limit))
     return sentences
+
+
+def _long_word(number: int, word: str, *, continues: bool, limit: int) -> Sentence:
+    """The `Sentence` of a word of line `number` longer than `limit` pieces: copied, not translated."""
+    print(
+        f"warning: line {number + 1}: a word of {len(word)} characters (over {limit} pieces) "
+        "is copied untranslated",
+        file=sys.stderr,
+    )
+    return Sentence(number, word, (), "as_is", [], continues)
 
 
 def _prepare_part(number: int, part: Part, count: Callable[[str], int], limit: int) -> Sentence:
