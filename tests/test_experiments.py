@@ -75,10 +75,27 @@ def test_curve_reads_validation_rows_and_the_table_counts_tokens():
     }
     large = {"name": "t5000", "steps": 1600, "target_tokens": 8e6, "val_curve": ex.val_curve(log)}
     lines = ex.curve_table([small, large, {"name": "no-curve"}]).splitlines()
-    assert "| t2500 | 2,500 | 19.40 (1.0M) |  |" in lines
-    assert "| t5000 | 5,000 | 13.44 (1.0M) | 24.59 (2.0M) |" in lines
+    assert "| t2500 | 2,500 | not by 1.0M | not by 1.0M | 19.40 (1.0M) |  |" in lines
+    assert "| t5000 | 5,000 | not by 2.0M | not by 2.0M | 13.44 (1.0M) | 24.59 (2.0M) |" in lines
     assert not any("no-curve" in line for line in lines)
     assert ex.curve_table([{"name": "old"}]) == ""
+
+
+def test_the_tokens_at_which_a_curve_passes_each_level_and_its_figure(tmp_path):
+    row = {"name": "long", "steps": 3000, "target_tokens": 3e6,
+           "val_curve": {"steps": [1000, 2000, 3000], "bleu_greedy": [39.0, None, 40.5]}}  # fmt: skip
+    assert ex.curve_points(row) == [(1.0, 39.0), (3.0, 40.5)]
+    assert [ex.passed_at(ex.curve_points(row), level) for level in (39.0, 40.0, 41.0)] == [
+        "1.0M",
+        "3.0M",
+        "not by 3.0M",
+    ]
+    assert "| long | 1,000 | 3.0M | not by 3.0M | 39.00 (1.0M) | – | 40.50 (3.0M) |" in ex.curve_table([row])
+    figure = tmp_path / "curves.png"
+    ex.render([row], tmp_path / "experiments.md", figure)
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 5000
+    assert ex.plot_curves([{"name": "old"}], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_a_broken_record_line_names_file_and_line(tmp_path):

@@ -15,7 +15,8 @@ line of the same name) and the translations in `reports/study/NAME.val.hyp.<lang
 BLEU against the baseline's (the test the champion promotion uses). `render` writes
 `reports/experiments.md` from the record: the study table, the greedy val BLEU by training target
 tokens (candidates with other batch sizes compare per token, not per step), and the length-penalty
-sweeps `pipeline.ops.length_penalty` adds to the record. Only val is recorded: the study selects on
+sweeps `pipeline.ops.length_penalty` adds to the record; and the greedy val curves against training
+tokens as a figure, `reports/study/greedy_val_by_tokens.png`. Only val is recorded: the study selects on
 val, test sets are for reporting.
 """
 
@@ -31,17 +32,22 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from pipeline.core.config import DecodeConfig, Params, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.translations import scores_path, translation_path
 from pipeline.ops.promotion import paired_bootstrap
+from pipeline.ops.report.figures import DPI, FIGSIZE, save
 from pipeline.tracking.runs import flatten
 
 RECORD = Path("reports/experiments.jsonl")
 HYPS_DIR = Path("reports/study")
 TABLE = Path("reports/experiments.md")
+CURVE_FIGURE = HYPS_DIR / "greedy_val_by_tokens.png"
+LEVELS = (40.0, 41.0)  # val BLEU levels the curve table says when each candidate passed
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
 RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
@@ -229,33 +235,81 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def curve_points(row: dict) -> list[tuple[float, float]]:
+    """(M target tokens trained on, greedy val BLEU) at each validation with a BLEU: the
+    candidate's mean tokens per step times the step."""
+    per_step = row["target_tokens"] / row["steps"]
+    curve = row["val_curve"]
+    return [
+        (step * per_step / 1e6, bleu)
+        for step, bleu in zip(curve["steps"], curve["bleu_greedy"], strict=True)
+        if bleu is not None
+    ]
+
+
+def passed_at(points: list[tuple[float, float]], level: float) -> str:
+    """When a curve first reached `level`: "5.0M", or "not by 8.0M" (its last validation)."""
+    reached = [tokens for tokens, bleu in points if bleu >= level]
+    if reached:
+        return f"{reached[0]:.1f}M"
+    return f"not by {points[-1][0]:.1f}M" if points else "–"
+
+
+def with_curves(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("val_curve") and r.get("target_tokens") and r.get("steps")]
+
+
 def curve_table(rows: list[dict]) -> str:
     """Greedy val BLEU at each validation against the target tokens trained on by then (the
-    candidate's mean tokens per step times the step), one line per candidate with a curve."""
-    with_curve = [r for r in rows if r.get("val_curve") and r.get("target_tokens") and r.get("steps")]
-    if not with_curve:
+    candidate's mean tokens per step times the step), one line per candidate with a curve, with
+    the tokens at which it first reached each of `LEVELS`."""
+    curved = with_curves(rows)
+    if not curved:
         return ""
-    width = max(len(r["val_curve"]["steps"]) for r in with_curve)
+    width = max(len(r["val_curve"]["steps"]) for r in curved)
+    levels = " | ".join(f"≥ {level:g} at" for level in LEVELS)
     lines = [
         "\n## Greedy val BLEU by training tokens\n",
         "Each cell: greedy val BLEU at a validation (M target tokens trained on by then: steps times "
         "the run's mean target tokens per step). Candidates with other batch sizes compare here per "
-        "token, not per step.\n",
-        "| experiment | target tokens per step | "
+        f"token, not per step. Figure: `{CURVE_FIGURE.as_posix()}`.\n",
+        f"| experiment | target tokens per step | {levels} | "
         + " | ".join(f"validation {i + 1}" for i in range(width))
         + " |",
-        "|---|---|" + "---|" * width,
+        "|---|---|" + "---|" * (len(LEVELS) + width),
     ]
-    for row in with_curve:
+    for row in curved:
         per_step = row["target_tokens"] / row["steps"]
         curve = row["val_curve"]
-        cells = [
+        cells = [passed_at(curve_points(row), level) for level in LEVELS]
+        cells += [
             "–" if bleu is None else f"{bleu:.2f} ({step * per_step / 1e6:.1f}M)"
             for step, bleu in zip(curve["steps"], curve["bleu_greedy"], strict=True)
         ]
-        cells += [""] * (width - len(cells))
+        cells += [""] * (width + len(LEVELS) - len(cells))
         lines.append(f"| {row['name']} | {per_step:,.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def plot_curves(rows: list[dict], path: Path = CURVE_FIGURE) -> Path | None:
+    """Greedy val BLEU against M training target tokens, a line per candidate with a curve and a
+    dashed line at each of `LEVELS`, as a PNG at `path` (None, nothing written, without curves)."""
+    curved = with_curves(rows)
+    if not curved:
+        return None
+    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    for row in curved:
+        tokens, bleu = zip(*curve_points(row), strict=True)
+        ax.plot(tokens, bleu, marker="o", markersize=3, linewidth=1, label=row["name"])
+    for level in LEVELS:
+        ax.axhline(level, color="grey", linestyle="--", linewidth=0.8)
+    ax.set(title="Greedy val BLEU by training tokens", xlabel="target tokens trained on (M)",
+           ylabel="greedy val BLEU")  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", ncols=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save(fig, path)
 
 
 def length_penalty_table(rows: list[dict]) -> str:
@@ -280,7 +334,7 @@ def length_penalty_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(rows: list[dict], out: Path = TABLE) -> None:
+def render(rows: list[dict], out: Path = TABLE, figure: Path = CURVE_FIGURE) -> None:
     header = (
         "# Recipe study\n\nGenerated by `python -m pipeline.ops.experiments render` from "
         "`reports/experiments.jsonl` (val only; `changed` is against the row's baseline; p is "
@@ -288,6 +342,7 @@ def render(rows: list[dict], out: Path = TABLE) -> None:
         "candidate chosen on greedy val BLEU).\n\n"
     )
     write_text(out, header + markdown(rows) + curve_table(rows) + length_penalty_table(rows))
+    plot_curves(rows, figure)
 
 
 def cli(argv: list[str]) -> None:
