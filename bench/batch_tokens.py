@@ -4,7 +4,7 @@ optionally also in both precisions and under `torch.compile`.
 Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
 
     python -m bench.batch_tokens [--max-tokens 2500,5000] [--steps 12] [--warmup 2]
-        [--config default|wu_tiny|tiny] [--precisions fp32,bf16] [--compile]
+        [--config default|wu_tiny|tiny] [--precisions fp32,bf16] [--compile] [--label NAME]
 
 Why: a step over more tokens runs larger matmuls, which may use more of the matrix peak (a bf16
 CPU most of all), so the same training tokens may cost fewer seconds in fewer, larger steps.
@@ -26,7 +26,8 @@ the first size at step i), both in the first precision, eager: above 1, the larg
 less per target token. A row's `vs_first_lane` is the median over steps of its tok/s / that of
 its size's first lane (first precision, eager) on the same batch.
 
-Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one row per lane).
+Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one row per lane); with
+`--label L`, per_token_speedup_L and batch_tokens_L_detail, beside the unlabelled run's.
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "--precisions", default=None, help="fp32 and/or bf16, e.g. fp32,bf16 (default: the trainer's)"
     )
     p.add_argument("--compile", action="store_true", help="race each lane under torch.compile too")
+    p.add_argument("--label", default="", help="names the figures: batch_tokens_<label>_detail")
     args = p.parse_args(argv)
     sizes, precisions = parse_sizes(args.max_tokens), parse_precisions(args.precisions)
     params, tok, corpus = load_inputs(args.params)
@@ -228,7 +230,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     figures = run(pairs, cfg, tok.vocab_size, ids, optim, lanes, device, args.steps, args.warmup, peak_size)
     print("\n".join(table(figures["batch_tokens_detail"])))
     print(f"per_token_speedup (max_tokens {sizes[-1]} vs {sizes[0]}): {figures['per_token_speedup']}")
-    record(args.out_dir, "batch_tokens", command_line("bench.batch_tokens", argv), figures, device)
+    if args.label:  # kept beside the unlabelled run's figures
+        figures = {
+            f"per_token_speedup_{args.label}": figures["per_token_speedup"],
+            f"batch_tokens_{args.label}_detail": figures["batch_tokens_detail"],
+        }
+    name = f"batch_tokens_{args.label}" if args.label else "batch_tokens"
+    record(args.out_dir, name, command_line("bench.batch_tokens", argv), figures, device)
     return figures
 
 
