@@ -167,8 +167,9 @@ def test_mlflow_alone_answers_a_lone_surrogate_without_a_stack_trace(model) -> N
 def test_the_model_still_answers_and_a_5000_character_word_is_quick(
     client: TestClient, model, monkeypatch
 ) -> None:
-    """A good request after all the bad ones; a one-word string at `serve.max_chars` reaches the
-    model in inputs of at most `train.max_len` pieces (CPU seconds: the test machine may be busy)."""
+    """A good request after all the bad ones; a one-word string at `serve.max_chars` is over the
+    `train.max_len` pieces a source may have, so it comes back as it is without reaching the model
+    (CPU seconds: the test machine may be busy)."""
     response = client.post("/invocations", content=GOOD, headers=JSON)
     assert response.status_code == 200 and len(response.json()["predictions"]) == 1
     engine = model.unwrap_python_model().engine
@@ -179,6 +180,6 @@ def test_the_model_still_answers_and_a_5000_character_word_is_quick(
     )
     start = time.process_time()
     response = client.post("/invocations", content=json.dumps({"inputs": ["x" * 5000]}), headers=JSON)
-    assert time.process_time() - start < 20
-    assert response.status_code == 200 and response.json()["predictions"][0].strip()
-    assert len(seen) == 40 and max(len(engine.tokenizer.encode(text)) for text in seen) <= 127
+    assert time.process_time() - start < 5
+    assert response.status_code == 200 and response.json()["predictions"] == ["x" * 5000]
+    assert seen == []
