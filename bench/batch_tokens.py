@@ -50,17 +50,17 @@ from bench.common import (
     sig,
     table,
 )
-from bench.flops import matmul_peak_gflops
 from bench.train_speed import (
     Batch,
     Runner,
     compiled,
     make_batch,
+    matmul_peaks,
     race_lanes,
     real_batches,
 )
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
-from pipeline.core.device import setup, use_bf16
+from pipeline.core.device import setup
 from pipeline.core.errors import ConfigError, run_main
 from pipeline.data.batching import Pair
 from pipeline.model.flops import train_step_flops
@@ -148,7 +148,7 @@ def run(
         model = compiled(model) if lane.compiled else model
         runners.append(Runner(lane.name, model, lane.bf16, make_optimizer(model, optim)))
     race_lanes(runners, [by_size[lane.size] for lane in lanes], warmup, optim)
-    peaks = {bf16: peak_gflops(device, bf16, peak_size) for bf16 in {lane.bf16 for lane in lanes}}
+    peaks = matmul_peaks(device, all(lane.bf16 for lane in lanes), peak_size)  # fp32 lanes: both dtypes
     speeds = {
         lane: per_step_speeds(by_size[lane.size][warmup:], r) for lane, r in zip(lanes, runners, strict=True)
     }
@@ -169,20 +169,12 @@ def run(
                 "tok_s": sig(sum(tokens) / sum(r.seconds)),
                 "vs_first_lane": sig(median([a / b for a, b in zip(speeds[lane], reference, strict=True)])),
                 "achieved_gflops": sig(achieved),
-                "mfu": sig(achieved / peaks[lane.bf16]),
+                "mfu": sig(achieved / peaks["bf16" if lane.bf16 else "fp32"]),
             }
         )
     small, large = (speeds[Lane(size, lanes[0].bf16)] for size in (sizes[0], sizes[-1]))
     speedup = median([b / a for a, b in zip(small, large, strict=True)])
     return {"per_token_speedup": sig(speedup), "batch_tokens_detail": detail}
-
-
-def peak_gflops(device: torch.device, bf16: bool, size: int) -> float:
-    """The matmul peak (GFLOP/s) in bf16 or fp32 (bf16 at most 512² where it is not native:
-    emulated bf16 is slow)."""
-    if not bf16:
-        return matmul_peak_gflops(torch.float32, device, size)
-    return matmul_peak_gflops(torch.bfloat16, device, size if use_bf16(device, "auto") else min(size, 512))
 
 
 def per_step_speeds(batches: Sequence[Batch], runner: Runner) -> list[float]:
