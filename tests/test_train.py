@@ -10,6 +10,7 @@ from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
 
 from pipeline.core.config import OptimConfig, TrainConfig
 from pipeline.core.errors import PipelineError
+from pipeline.model import transformer
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint
 from pipeline.training import loop as train_module
@@ -159,7 +160,7 @@ def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
 
 def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        train_module, "label_smoothed_loss", lambda *a: torch.tensor(float("nan"), requires_grad=True)
+        transformer, "linear_label_smoothed_loss", lambda *a: torch.tensor(float("nan"), requires_grad=True)
     )
     with pytest.raises(
         PipelineError,

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipeline.core.config import ModelConfig
+from pipeline.model.linear_loss import linear_label_smoothed_loss
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
@@ -372,20 +373,39 @@ class Transformer(nn.Module):
 
     def logits(self, x: Tensor) -> Tensor:
         """Decoder states `[..., D]` -> vocabulary logits `[..., V]` (tied or own projection)."""
-        x = self.dec_norm(x)
-        return x @ self.tgt_embed.weight.t() if self.out_proj is None else self.out_proj(x)
+        return self.dec_norm(x) @ self.output_weight().t()
+
+    def output_weight(self) -> Tensor:
+        """The `[V, D]` vocabulary projection: the tied target embedding or the own projection."""
+        return self.tgt_embed.weight if self.out_proj is None else self.out_proj.weight
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
         """Teacher-forced decoder: tgt_in `[B, T]` (starts with bos), memory `[B, S, D]`,
         src `[B, S]` (for its padding mask) -> logits `[B, T, V]`."""
         return self.logits(self.decoder_states(tgt_in, self.init_cache(memory, src)))
 
-    def forward(self, src: Tensor, tgt_in: Tensor, keep: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        keep: Tensor | None = None,
+        target: Tensor | None = None,
+        label_smoothing: float = 0.0,
+    ) -> Tensor:
         """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`; with `keep` (bool `[B, T]`) only
         the kept positions' logits `[N, V]`, N = keep.sum(), in `keep.nonzero()` order (so the
-        `[tokens, V]` projection and the loss skip pad positions; equals `forward(src, tgt_in)[keep]`)."""
+        `[tokens, V]` projection and the loss skip pad positions; equals `forward(src, tgt_in)[keep]`).
+
+        With `target` (`[N]` ids of the kept positions; needs `keep`), returns instead the summed
+        label-smoothed cross-entropy (scalar, nats) of those logits, computed without them
+        (`pipeline.model.linear_loss`); targets equal to `pad_id` add nothing.
+        """
         x = self.decoder_states(tgt_in, self.init_cache(self.encode(src), src))
-        return self.logits(x if keep is None else x[keep])
+        x = x if keep is None else x[keep]
+        if target is None:
+            return self.logits(x)
+        h = self.dec_norm(x)
+        return linear_label_smoothed_loss(h, self.output_weight(), target, self.pad_id, label_smoothing)
 
     def decode_step(self, tgt_last: Tensor, cache: DecoderCache) -> Tensor:
         """Incremental decoding: the newest token ids `[R]` -> next-token logits `[R, V]`."""

@@ -75,6 +75,7 @@ class RunContext:
     bf16: bool = False
     init_from: dict | None = None  # the champion a warm start began from (`pipeline.training.warm_start`)
     spm_sha256: str | None = None  # the tokenizer's SHA-256, recorded in every checkpoint (None: none)
+    fused_loss: bool = True  # the loss fused with the vocabulary projection (`pipeline.model.linear_loss`)
 
 
 @dataclass
@@ -195,10 +196,15 @@ def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None
     return ThreadsForLoad(max_threads=torch.get_num_threads())
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, fused: bool = False) -> torch.optim.Adam:
     """The trainer's optimizer over `model`'s parameters: Adam with β1 = 0.9, β2 = 0.98 and ε = 1e-9
-    (Vaswani et al. 2017, §5.3), starting at `cfg.peak_lr` (the schedule sets each step's rate)."""
-    return torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9)
+    (Vaswani et al. 2017, §5.3), starting at `cfg.peak_lr` (the schedule sets each step's rate).
+
+    `fused`: torch's one-kernel Adam, else its per-tensor-list `foreach` one (the same update; the
+    fused one trained slower on a 2-core CPU: `bench.levers`).
+    """
+    kind = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9, **kind)
 
 
 def train_step(
@@ -223,8 +229,12 @@ def train_step(
     for src, tgt_in, tgt_out in batches:
         keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
         with autocast(run.device, run.bf16):
-            logits = net(src, tgt_in, keep)  # [N, V], N = keep.sum()
-        loss = label_smoothed_loss(logits, tgt_out[keep], pad_id, cfg.label_smoothing)
+            if run.fused_loss:
+                loss = net(src, tgt_in, keep, target=tgt_out[keep], label_smoothing=cfg.label_smoothing)
+            else:
+                logits = net(src, tgt_in, keep)  # [N, V], N = keep.sum()
+        if not run.fused_loss:
+            loss = label_smoothed_loss(logits, tgt_out[keep], pad_id, cfg.label_smoothing)
         (loss * run.world.size / n_tokens).backward()
         total += loss.item()
     for group in optimizer.param_groups:

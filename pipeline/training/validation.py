@@ -54,9 +54,8 @@ def validation_loss(model: Transformer, pairs: list[Pair], max_tokens: int) -> f
         src, tgt_in, tgt_out = (
             t.to(device) for t in collate([pairs[i] for i in batch], model.pad_id, BOS_ID, EOS_ID)
         )
-        keep = tgt_out != model.pad_id  # [B, T]
-        logits = model(src, tgt_in, keep)  # [N, V]: the non-pad positions only
-        total += torch.nn.functional.cross_entropy(logits.float(), tgt_out[keep], reduction="sum").item()
+        keep = tgt_out != model.pad_id  # [B, T]: the loss of the non-pad positions only
+        total += model(src, tgt_in, keep, target=tgt_out[keep]).item()
         n += int(keep.sum())
     return total / max(n, 1)
 

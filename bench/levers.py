@@ -1,0 +1,135 @@
+"""The trainer's speed levers raced on and off, side by side in one run, on real batches.
+
+Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
+
+    python -m bench.levers [--configs paper,default] [--steps 12] [--warmup 2]
+
+Lanes per config, each its own copy of one initial model, all on the same batches (the trainer's
+epoch-0 order), step i of every lane before step i + 1 of any, the order rotating each step:
+  before      every lever off: the loss from fp32 logits, `foreach` Adam
+  fused_loss  the loss fused with the vocabulary projection (`pipeline.model.linear_loss`)
+  fused_adam  torch's fused Adam
+  after       every lever on: the trainer's choice
+'paper' is Wu et al.'s shape with the paper recipe's dropout and 3,750-token batches
+(docs/results.md); 'default' is `train.model` at `train.optim.max_tokens`. `vs_before` = median over
+steps of (before's seconds / the lane's) on the same batch; mfu = matmul FLOPs / s over the matmul
+peak in the step's dtype, measured in the same run. Writes `levers_detail` to `<out-dir>/bench.json`.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from bench.common import (
+    WU_TINY,
+    base_parser,
+    command_line,
+    load_inputs,
+    median,
+    model_config,
+    parse_override,
+    record,
+    sig,
+    table,
+)
+from bench.train_speed import Runner, make_batch, matmul_peaks, race_lanes, real_batches
+from pipeline.core.config import with_updates
+from pipeline.core.device import setup
+from pipeline.core.errors import ConfigError, run_main
+from pipeline.model.flops import train_step_flops
+from pipeline.model.transformer import Transformer
+from pipeline.training.loop import encode_pairs, make_optimizer
+
+PAPER = {**WU_TINY, "dropout": 0.3, "act_dropout": 0.0, "attn_dropout": 0.0}  # docs/results.md
+PAPER_MAX_TOKENS = 3750
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Which levers a racer has on."""
+
+    name: str
+    fused_loss: bool
+    fused_adam: bool
+
+
+LANES = (
+    Lane("before", False, False),
+    Lane("fused_loss", True, False),
+    Lane("fused_adam", False, True),
+    Lane("after", True, True),
+)
+
+
+def race_config(name, cfg, optim, pairs, ids, vocab, device, bf16, steps, warmup, peak) -> list[dict]:
+    """Race `LANES` on one config's batches; returns one row per lane."""
+    batches = [make_batch(b, ids, device) for b in real_batches(pairs, optim, warmup + steps)]
+    if len(batches) < warmup + steps:
+        raise ConfigError(f"bench: {len(batches)} batches of training data, {warmup + steps} needed")
+    torch.manual_seed(optim.seed)
+    first = Transformer(cfg, vocab, ids[0]).to(device)
+    runners = []
+    for lane in LANES:
+        model = copy.deepcopy(first).train()
+        opt = make_optimizer(model, optim, fused=lane.fused_adam)
+        runners.append(Runner(lane.name, model, bf16, opt, fused_loss=lane.fused_loss))
+    race_lanes(runners, [batches] * len(runners), warmup, optim)
+    timed_batches = batches[warmup:]
+    tokens = sum(b.tokens for b in timed_batches)
+    flops = sum(train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches)
+    before = runners[0].seconds
+    return [
+        {
+            "config": name,
+            "lane": r.name,
+            "precision": "bf16" if bf16 else "fp32",
+            "tgt_tokens_per_step": sig(tokens / len(timed_batches)),
+            "ms_per_step": sig(1e3 * median(r.seconds)),
+            "tok_s": sig(tokens / sum(r.seconds)),
+            "vs_before": sig(median([b / s for b, s in zip(before, r.seconds, strict=True)])),
+            "mfu": sig(flops / sum(r.seconds) / 1e9 / peak),
+        }
+        for r in runners
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = base_parser("The trainer's speed levers on and off, side by side.")
+    p.add_argument("--configs", default="paper,default", help="comma-separated: paper, default")
+    p.add_argument("--steps", type=int, default=12, help="timed steps per lane")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per lane first")
+    p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
+    args = p.parse_args(argv)
+    params, tok, corpus = load_inputs(args.params)
+    base = params.train.optim
+    device, bf16 = setup(base.device, base.precision, base.threads)
+    override = parse_override(args.model_override)
+    shapes = {"paper": (PAPER, PAPER_MAX_TOKENS), "default": ({}, base.max_tokens)}
+    names = args.configs.split(",")
+    if any(n not in shapes for n in names):
+        raise ConfigError(f"--configs {args.configs!r}: choose from {sorted(shapes)}")
+    pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
+    ids = (tok.pad_id, tok.bos_id, tok.eos_id)
+    peaks = matmul_peaks(device, bf16, args.peak_size or (8192 if device.type == "cuda" else 2048))
+    peak = peaks["bf16" if bf16 else "fp32"]
+    rows = []
+    for name in names:
+        fields, max_tokens = shapes[name]
+        cfg = model_config(params.train.model, **{**fields, **override})
+        optim = with_updates(base, {"max_tokens": max_tokens})
+        rows += race_config(name, cfg, optim, pairs, ids, tok.vocab_size, device, bf16, args.steps,
+                            args.warmup, peak)  # fmt: skip
+    print("\n".join(table(rows)))
+    figures = {"levers_detail": rows, "levers_peak_gflops": sig(peak)}
+    record(args.out_dir, "levers", command_line("bench.levers", argv), figures, device)
+    return figures
+
+
+if __name__ == "__main__":
+    run_main(main)
