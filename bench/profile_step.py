@@ -170,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int, default=2, help="unprofiled steps first")
     p.add_argument("--top", type=int, default=20, help="ops listed")
     p.add_argument("--label", default="", help="suffix of the bench.json keys")
+    p.add_argument("--unfused-loss", action="store_true", help="the loss from fp32 logits (the lever off)")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
     optim = params.train.optim
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.manual_seed(optim.seed)
     model = tf.Transformer(cfg, tok.vocab_size, tok.pad_id).to(device).train()
     opt = loop.make_optimizer(model, optim)
-    run = loop.RunContext(None, None, "bench", device=device, bf16=bf16)
+    run = loop.RunContext(None, None, "bench", device=device, bf16=bf16, fused_loss=not args.unfused_loss)
     for b in batches[: args.warmup]:
         loop.train_step(model, opt, [[b.src, b.tgt_in, b.tgt_out]], optim.peak_lr, optim, run)
     timed = batches[args.warmup :]

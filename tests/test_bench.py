@@ -244,3 +244,36 @@ def test_flop_count_weights_are_the_models_linear_weights() -> None:
     per_src, per_tgt = matmul_weights(cfg)
     one = 6 * (per_src * 3 + (per_tgt + 24 * 50) * 2) + 12 * 24 * 3 * (9 + 4 + 6)
     assert train_step_flops(cfg, 50, [3], [2]) == one
+
+
+def test_profile_step_charges_the_step_to_the_parts_of_the_model(workspace: Path) -> None:
+    args = ["--config", "default", "--steps", "2", "--warmup", "1", "--label", "t"]
+    bench("bench.profile_step", *common_args(workspace, "profile"), *args)
+    data = json.loads((workspace / "profile" / "bench.json").read_text())
+    parts = {row["part"]: row for row in data["profile_default_t_detail"]}
+    for part in ("vocabulary projection + loss", "attention", "feed-forward", "layer norm", "Adam", "total"):
+        assert parts[part]["ms_per_step"] > 0, part
+    shares = sum(row["share"] for name, row in parts.items() if name != "total")
+    assert shares == pytest.approx(1.0, abs=0.01)
+    assert data["profile_default_t_ops_detail"][0]["calls_per_step"] > 0
+
+
+def test_levers_race_each_lever_against_all_off(workspace: Path) -> None:
+    args = ["--configs", "default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
+    bench("bench.levers", *common_args(workspace, "levers"), *args)
+    rows = json.loads((workspace / "levers" / "bench.json").read_text())["levers_detail"]
+    assert [row["lane"] for row in rows] == ["before", "fused_loss", "fused_adam", "after"]
+    assert rows[0]["vs_before"] == 1.0
+    assert all(row["tok_s"] > 0 and row["mfu"] > 0 for row in rows)
+
+
+def test_loss_check_compares_curves_step_by_step() -> None:
+    from bench.loss_check import compare
+
+    off, on = [3.0, 2.0, 1.0, 1.5], [3.0, 2.1, 1.0, 1.4]
+    got = compare(off, on, last=2)
+    assert got["max_abs_diff"] == pytest.approx(0.1, abs=1e-3)
+    assert got["mean_abs_diff"] == pytest.approx(0.05, abs=1e-3)
+    assert got["mean_abs_step_change_off"] == pytest.approx(2.5 / 3, abs=1e-3)
+    assert got["mean_loss_last_off"] == pytest.approx(1.25, abs=1e-3)
+    assert got["mean_loss_last_on"] == pytest.approx(1.2, abs=1e-3)
