@@ -44,7 +44,7 @@ def main() -> None:
     params = load_params()
     cfg, max_len, out_dir = params.decode, params.train.max_len, Path(params.decode.translations_dir)
     spm_model, model = model_file(params.tokenizer.out_dir), Path(params.train.model_file)
-    engine = load_translator(model, spm_model, pick_device("auto"))
+    engine = load_translator(model, spm_model, pick_device("auto"), ensemble=params.decode.ensemble)
     corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
     splits = [split for split in tr.EVAL_SPLITS if split in corpus]
     hyps = {}

@@ -1,6 +1,6 @@
 """DVC stage `prepare`: the merged training set tokenized once into `prepare.out_dir`.
 
-Run from the repository root: `python -m stages.prepare`. Reads `incoming.out_jsonl` and the
+Run from the repository root: `python -m stages.prepare`. Reads `distill.out_jsonl` and the
 SentencePiece model in `tokenizer.out_dir`; writes a memory-mapped corpus folder
 (`pipeline.data.corpus`: `src.bin`, `tgt.bin`, their `.idx.npy` offsets and `meta.json`, which
 records the tokenizer's SHA-256 so `train` refuses ids of another tokenizer). Pairs with a side
@@ -20,7 +20,7 @@ def main() -> None:
     params = load_params()
     spm = model_file(params.tokenizer.out_dir)
     meta = prepare(
-        params.incoming.out_jsonl,
+        params.distill.out_jsonl,
         Tokenizer.load(spm),
         params.prepare.out_dir,
         params.train.max_len,

@@ -230,10 +230,11 @@ class DecodeConfig(Section):
     time_machine_md: str = "reports/time_machine.md"  # the tutorial's outputs beside ours
     robustness_json: str = "reports/robustness.json"  # numbers: passed, total, upper-cased BLEU
     robustness_failures_json: str = "reports/robustness_failures.json"  # the inputs that failed
+    ensemble: tuple[str, ...] = ()  # more checkpoints decoded with train.model_file (same tokenizer)
 
     def settings(self) -> dict:
-        """The search settings alone (no paths): what a decoder and the served model take."""
-        return self.model_dump(exclude=set(self.PATHS))
+        """The search settings alone (no paths, no models): what a decoder and the served model take."""
+        return self.model_dump(exclude={*self.PATHS, "ensemble"})
 
 
 class ScoreConfig(Section):
@@ -268,6 +269,22 @@ class IncomingConfig(Section):
     metrics_json: str = "reports/incoming.json"  # counts: read, dropped (leak, duplicate), added
 
 
+class DistillConfig(Section):
+    """Stage `distill`: sequence-level knowledge distillation (Kim & Rush 2016, section 3.1).
+
+    With `teacher` empty the merged set passes through unchanged; otherwise the teacher checkpoints
+    (names in `teacher_dir`, decoded together as an ensemble with the `decode` settings) translate its
+    English side, and those translations are the training targets (after the original pairs with
+    `keep_original`).
+    """
+
+    teacher: tuple[str, ...] = ()  # checkpoint file names in teacher_dir; () = off
+    teacher_dir: str = "models/teacher"  # a DVC dependency: a changed teacher re-runs the stage
+    keep_original: bool = True  # train on the original pairs and the teacher's, or the teacher's alone
+    out_jsonl: str = "data/train_distilled.jsonl"  # what `prepare` reads
+    facts_json: str = "reports/distill.json"  # the teacher's files and SHA-256, pair counts, minutes
+
+
 class PrepareConfig(Section):
     """Stage `prepare`: the merged training set tokenized once, memory-mapped (`pipeline.data.corpus`)."""
 
@@ -287,6 +304,7 @@ class Params(Section):
     download: DownloadConfig = DownloadConfig()
     incoming: IncomingConfig = IncomingConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
+    distill: DistillConfig = DistillConfig()
     prepare: PrepareConfig = PrepareConfig()
     warmup_data: WarmupDataConfig = WarmupDataConfig()
     warmup_train: WarmupTrainConfig = WarmupTrainConfig()

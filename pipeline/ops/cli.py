@@ -49,6 +49,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint", type=Path, default=None, help="model checkpoint (default: from params.yaml)"
     )
+    p.add_argument(
+        "--ensemble", type=Path, nargs="+", default=None, metavar="CHECKPOINT",
+        help="more checkpoints decoded with --checkpoint, log-probs averaged (default: decode.ensemble)",
+    )  # fmt: skip
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
     p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
@@ -209,7 +213,12 @@ def load(args: argparse.Namespace, params: Params, device: torch.device) -> Engi
             raise CheckpointError(
                 f"{checkpoint}: no trained model yet: run `dvc repro` to train it, or `dvc pull` to fetch it"
             )
-        return load_translator(checkpoint, spm, device)
+        ensemble = params.decode.ensemble if args.ensemble is None else args.ensemble
+        if ensemble and args.attention is not None:
+            raise ConfigError("--attention draws one model's attention: it cannot be used with an ensemble")
+        return load_translator(checkpoint, spm, device, ensemble=ensemble)
+    if args.ensemble:
+        raise ConfigError("--ensemble needs --engine torch (our beam search averages the models)")
     if args.attention is not None:
         raise ConfigError(
             "--engine ctranslate2: --attention needs --engine torch (it draws our model's attention)"

@@ -14,11 +14,12 @@ from pipeline.core.config import DecodeConfig
 from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.beam import Hypothesis, beam_search_n_best, check_n_best, decode_batch
+from pipeline.model.ensemble import Ensemble
 from pipeline.model.transformer import Transformer
 
 
 def decode_sentences(
-    model: Transformer,
+    model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
@@ -40,7 +41,7 @@ def decode_sentences(
 
 
 def translate(
-    model: Transformer,
+    model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
@@ -69,7 +70,7 @@ def translate(
 
 
 def translate_n_best(
-    model: Transformer,
+    model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
@@ -98,7 +99,7 @@ def translate_n_best(
 class TorchEngine:
     """Our Transformer (eval mode, on `device`) and its tokenizer, as an `Engine`."""
 
-    model: Transformer
+    model: Transformer | Ensemble
     tokenizer: Tokenizer
     device: str = "cpu"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,8 @@ from pipeline.core.errors import CheckpointError
 from pipeline.data.languages import target
 from pipeline.data.placeholders import PLACEHOLDERS
 from pipeline.data.tokenizer import Tokenizer
+from pipeline.model.ensemble import Ensemble
+from pipeline.model.transformer import Transformer
 from pipeline.serving.casing import CaseForm, case_form, normalise_case, restore_case
 from pipeline.serving.ct2 import Ct2Engine, load_ct2, vocabulary_size
 from pipeline.serving.engine import Engine
@@ -48,16 +50,26 @@ MAX_SRC_PIECES = TrainConfig().max_len  # source pieces the model saw at most (e
 
 
 def load_translator(
-    checkpoint: str | Path, spm_model: str | Path, device: str | torch.device = "cpu"
+    checkpoint: str | Path,
+    spm_model: str | Path,
+    device: str | torch.device = "cpu",
+    ensemble: Sequence[str | Path] = (),
 ) -> TorchEngine:
     """Our engine: the checkpoint's model (eval mode, on `device`) and the SentencePiece model,
-    checked against each other: same vocabulary size and pad/bos/eos ids.
+    checked against each other: same vocabulary size and pad/bos/eos ids. With `ensemble`, those
+    checkpoints (checked the same way) decode together with it (`pipeline.model.ensemble`).
 
     Raises:
         CheckpointError: unreadable files (see `pipeline.training.checkpoint.load_model`, `Tokenizer.load`),
             or a vocabulary / special-id mismatch.
     """
     tok = Tokenizer.load(spm_model)
+    models = [_checked_model(path, spm_model, tok) for path in [checkpoint, *ensemble]]
+    return TorchEngine(models[0] if len(models) == 1 else Ensemble(models), tok, str(device))
+
+
+def _checked_model(checkpoint: str | Path, spm_model: str | Path, tok: Tokenizer) -> Transformer:
+    """The checkpoint's model, checked against the tokenizer (see `load_translator`)."""
     model, state = load_model(checkpoint, vocab_size=tok.vocab_size, spm_model=spm_model)
     ids = (state["pad_id"], state["bos_id"], state["eos_id"])
     if ids != (tok.pad_id, tok.bos_id, tok.eos_id):
@@ -65,7 +77,7 @@ def load_translator(
             f"{checkpoint}: special ids pad/bos/eos {ids} differ from the tokenizer's "
             f"{(tok.pad_id, tok.bos_id, tok.eos_id)}"
         )
-    return TorchEngine(model, tok, str(device))
+    return model
 
 
 def load_ct2_translator(
