@@ -9,7 +9,7 @@ epoch-0 order), step i of every lane before step i + 1 of any, the order rotatin
   before      every lever off: the loss from fp32 logits, `foreach` Adam
   fused_loss  the loss fused with the vocabulary projection (`pipeline.model.linear_loss`)
   fused_adam  torch's fused Adam
-  after       every lever on: the trainer's choice
+  after       every lever on (the trainer keeps `foreach` Adam: the fused one loses on CPU)
 'paper' is Wu et al.'s shape with the paper recipe's dropout and 3,750-token batches
 (docs/results.md); 'default' is `train.model` at `train.optim.max_tokens`. `vs_before` = median over
 steps of (before's seconds / the lane's) on the same batch; mfu = matmul FLOPs / s over the matmul

@@ -93,6 +93,11 @@ def scratch_params(base: dict, work: Path, data_dir: Path, spm_dir: Path, model:
     p["tokenizer"]["out_dir"] = str(spm_dir)
     p["incoming"] |= {"in_dir": str(work / "incoming"), "out_jsonl": str(work / "train_merged.jsonl"),
                       "metrics_json": str(work / "incoming.json")}  # fmt: skip
+    if "distill" in p:  # a checkout where `prepare` reads the (distilled or passed-through) set
+        p["distill"] |= {
+            "out_jsonl": str(work / "train_distilled.jsonl"),
+            "facts_json": str(work / "distill.json"),
+        }
     if "prepare" in p:
         p["prepare"]["out_dir"] = str(work / "train_ids")
     t = p["train"]
@@ -111,6 +116,8 @@ def stage_commands(repo: Path, params: dict) -> dict[str, list[str]]:
     """The stages to time, in DAG order, as module + arguments."""
     inc = params["incoming"]  # a checkout whose incoming stage took its paths as arguments ignores none
     commands = {"incoming": ["stages.incoming", inc["in_dir"], inc["out_jsonl"], inc["metrics_json"]]}
+    if (repo / "stages/distill.py").is_file():
+        commands["distill"] = ["stages.distill"]
     if (repo / "stages/prepare.py").is_file():
         commands["prepare"] = ["stages.prepare"]
     commands["train"] = ["stages.train"]

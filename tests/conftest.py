@@ -4,12 +4,21 @@ per session, in a temporary folder, and read-only for the tests (they copy what 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 import torch
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A relative MULTI30K_MIRROR (the README's `../shared/multi30k`) means relative to where pytest
+    started: made absolute here, before any test changes directory."""
+    mirror = os.environ.get("MULTI30K_MIRROR")
+    if mirror and "://" not in mirror and not os.path.isabs(mirror):
+        os.environ["MULTI30K_MIRROR"] = os.path.abspath(mirror)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -204,3 +204,17 @@ def test_odd_characters_never_reach_the_output(tiny_translator_files, capsys) ->
     out = capsys.readouterr().out
     assert "\x00" not in out and "\x1b" not in out and "\u0301" not in out
     assert out.split("\n")[2].count("｟1｠") == 1
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_python_m_pipeline_help_prints_the_usage_and_succeeds(flag: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", flag], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith(
+        "usage: python -m pipeline translate"
+    )
+    wrong = subprocess.run(
+        [sys.executable, "-m", "pipeline", "nosuch"], capture_output=True, text=True, timeout=60
+    )
+    assert wrong.returncode == 1 and wrong.stderr.startswith("usage:")

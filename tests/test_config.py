@@ -34,7 +34,7 @@ def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
 def test_defaults_agree_with_params_yaml(section):
     """One source of truth: a default in pipeline/core/config.py never contradicts params.yaml."""
     in_file = leaves(yaml.safe_load((REPO / "params.yaml").read_text())[section])
-    defaults = leaves(Params().model_dump()[section])
+    defaults = leaves(Params().model_dump(mode="json")[section])  # tuples as YAML lists
     assert in_file and in_file.keys() <= defaults.keys()
     assert {k: defaults[k] for k in sorted(in_file)} == in_file
 
@@ -60,6 +60,11 @@ BAD = [
     ("vocab below specials", "tokenizer: {vocab_size: 3}", ["tokenizer.vocab_size", "greater than 4"]),
     ("nested key typo", "train: {optim: {peak_lrr: 0.1}}", ["train.optim.peak_lrr", "not permitted"]),
     ("section typo", "trian: {max_len: 10}", ["trian", "not permitted"]),
+    (
+        "batch below one pair",
+        "train: {optim: {max_tokens: 10}}",
+        ["train", "max_tokens=10", "max_len + 1 = 129"],
+    ),
     ("section not a mapping", "decode: 5", ["decode", "dictionary"]),
     ("file not a mapping", "- 1\n- 2\n", ["<root>"]),
     ("invalid yaml", "train: {model: [unclosed\n", ["not valid YAML"]),

@@ -167,12 +167,15 @@ def test_url_with_wrong_sum_is_a_data_error(tmp_path: Path, http_source: str, mo
     assert not (tmp_path / "out").exists()
 
 
-def test_mirror_env_wins_over_params(monkeypatch) -> None:
+def test_mirror_env_wins_over_params(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(MIRROR_ENV, raising=False)
     assert resolve_sources(None) == [CANONICAL_BASE_URL]
-    assert resolve_sources("params/mirror") == ["params/mirror", CANONICAL_BASE_URL]
-    monkeypatch.setenv(MIRROR_ENV, "env/mirror")
-    assert resolve_sources("params/mirror") == ["env/mirror", CANONICAL_BASE_URL]
+    assert resolve_sources("params/mirror") == [str(tmp_path / "params/mirror"), CANONICAL_BASE_URL]
+    monkeypatch.setenv(MIRROR_ENV, "env/mirror")  # relative: to the directory the command ran in
+    assert resolve_sources("params/mirror") == [str(tmp_path / "env/mirror"), CANONICAL_BASE_URL]
+    monkeypatch.setenv(MIRROR_ENV, "https://example.org/m30k")
+    assert resolve_sources(None) == ["https://example.org/m30k", CANONICAL_BASE_URL]
 
 
 def test_load_corpus_missing_is_a_data_error(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from datetime import UTC
 from pathlib import Path
 
@@ -369,12 +370,19 @@ def test_is_stale_reads_dvc_status_json(scratch_dvc: Path) -> None:
         is_stale("nosuch", str(scratch_dvc))
 
 
-def task_state_name(state) -> str:
-    """The name of a task run's state as the Prefect API (and so the UI) holds it."""
+def task_state_name(state, timeout_s: float = 60.0) -> str:
+    """The name of a task run's final state as the Prefect API (and so the UI) holds it. Prefect
+    sends task states in the background, so the API may still say `Running` for a moment after the
+    task returned (on a busy machine, seconds): read until the state is final or `timeout_s` passed."""
     from prefect.client.orchestration import get_client
 
+    deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
-        return client.read_task_run(state.state_details.task_run_id).state.name
+        while True:
+            api_state = client.read_task_run(state.state_details.task_run_id).state
+            if api_state.is_final() or time.monotonic() > deadline:
+                return api_state.name
+            time.sleep(0.5)
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ def test_two_sizes_measure_every_stage_and_their_ratios_into_bench_json(workspac
     data = json.loads((workspace / "reports" / "bench.json").read_text())
     rows = data["scale_detail"]
     assert [(r["pairs"], r["stage"]) for r in rows] == [
-        (n, stage) for n in (1000, 2000) for stage in ("incoming", "prepare", "train")
+        (n, stage) for n in (1000, 2000) for stage in ("incoming", "distill", "prepare", "train")
     ]
     for row in rows:
         assert row["cpu_s"] > 0 and row["wall_s"] > 0 and 20 < row["peak_rss_mib"] < 4000
@@ -56,7 +56,7 @@ def test_two_sizes_measure_every_stage_and_their_ratios_into_bench_json(workspac
             row["peak_rss_mib"] / (row["pairs"] / 1e6), rel=1e-3
         )
     by = {(r["pairs"], r["stage"]): r for r in rows}
-    assert [r["stage"] for r in data["scale_ratio_detail"]] == ["incoming", "prepare", "train"]
+    assert [r["stage"] for r in data["scale_ratio_detail"]] == ["incoming", "distill", "prepare", "train"]
     for ratio in data["scale_ratio_detail"]:
         small, big = by[1000, ratio["stage"]], by[2000, ratio["stage"]]
         assert (ratio["sizes"], ratio["pairs_ratio"]) == ("2000/1000", 2.0)

@@ -16,9 +16,10 @@ import typing
 from pathlib import Path
 
 import pytest
-from toy_train import PAD, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
+from toy_train import PAD, TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
 from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params, TrainConfig
+from pipeline.core.errors import PipelineError
 from pipeline.model.transformer import Transformer
 from pipeline.tracking import describe, registry
 from pipeline.tracking import runs as tracking
@@ -31,6 +32,39 @@ BRANCH = "mlflow.source.git.branch"  # MLFLOW_GIT_BRANCH
 NOTE = "mlflow.note.content"  # MLFLOW_RUN_NOTE: the run's description in the UI
 SOURCE = "mlflow.source.name"  # MLFLOW_SOURCE_NAME: the UI's Source column
 TRIGGER_VARS = ("MT_RUN_TRIGGER", "DVC_EXP_NAME", "DVC_STAGE")
+
+
+def test_a_tracking_server_that_is_down_fails_in_seconds_with_one_line(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # port 9: nothing listens
+    started = time.monotonic()
+    with pytest.raises(PipelineError) as info:
+        tracking.client()
+    assert time.monotonic() - started < 10
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(
+        "MLFLOW_TRACKING_URI=http://127.0.0.1:9: no tracking server"
+    )
+
+
+def test_any_http_answer_counts_as_a_server():
+    """A server that answers with an error status (a proxy, a login wall) is there: MLflow reports it."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server name)
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tracking.check_server(f"http://127.0.0.1:{server.server_port}")
+        tracking.check_server("sqlite:///nowhere/mlflow.db")  # not a server: nothing to check
+    finally:
+        server.shutdown()
 
 
 def test_default_uri_is_the_absolute_repo_database_from_any_directory(monkeypatch, tmp_path):
@@ -340,7 +374,7 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
     tracker = tracking.start_train_run(tracked_params, tmp_path, "fingerprint", start())
     toy, out = pairs(), tmp_path / "out"
-    cfg = TrainConfig(out_dir=str(out), model_file=str(out / "model.pt"),
+    cfg = TrainConfig(out_dir=str(out), model_file=str(out / "model.pt"), max_len=TOY_MAX_LEN,
                       optim=OptimConfig(**TOY_OPTIM | {"max_steps": 8}))  # fmt: skip
     model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
     run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
@@ -475,7 +509,7 @@ def test_flow_stage_order_is_a_topological_order_of_the_dag():
     for position, name in enumerate(order):
         for producer in producers(stages[name], list(stages.values())):
             assert order.index(producer) < position, f"{name} needs {producer}'s output"
-    assert {"incoming", "tokenizer"} <= producers(stages["prepare"], list(stages.values()))
+    assert {"distill", "tokenizer"} <= producers(stages["prepare"], list(stages.values()))
 
 
 # ---------------------------------------------------------------- console progress

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
+from toy_train import TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
 
 from pipeline.core.config import OptimConfig, TrainConfig
 from pipeline.core.errors import PipelineError
@@ -118,7 +118,9 @@ def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
     model, data, digest = Transformer(TOY_MODEL, 20, PAD), pairs(), "ab" * 32
     run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", spm_sha256=digest)
     optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 8}))
-    cfg = TrainConfig(out_dir=str(tmp_path), model_file=str(tmp_path / "final.pt"), optim=optim)
+    cfg = TrainConfig(
+        out_dir=str(tmp_path), model_file=str(tmp_path / "final.pt"), max_len=TOY_MAX_LEN, optim=optim
+    )
     validation = ToyValidation(data[:16])
     progress = train_module.train(model, data, validation, cfg.optim, run)
     train_module.save_final_model(model, progress, validation, cfg, run)

@@ -196,6 +196,14 @@ class TrainConfig(Section):
             raise ValueError(f"model_file {self.model_file} is not directly in out_dir {self.out_dir}")
         return self
 
+    @model_validator(mode="after")
+    def _batch_holds_a_pair(self) -> TrainConfig:
+        longest = self.max_len + 1  # pieces plus BOS or EOS
+        if self.optim.max_tokens < longest:
+            raise ValueError(f"optim.max_tokens={self.optim.max_tokens} is below the longest pair a batch must "
+                             f"hold (max_len + 1 = {longest} tokens)")  # fmt: skip
+        return self
+
 
 class MlflowConfig(Section):
     """MLflow tracking of `train`, `decode` and `score` (URI: env MLFLOW_TRACKING_URI, else

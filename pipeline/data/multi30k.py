@@ -82,6 +82,8 @@ def resolve_sources(config_mirror: str | None) -> list[str]:
     A relative mirror folder is taken relative to the current working directory.
     """
     mirror = os.environ.get(MIRROR_ENV) or config_mirror
+    if mirror and "://" not in mirror:
+        mirror = os.path.abspath(mirror)  # the same folder after a later change of directory
     return [mirror, CANONICAL_BASE_URL] if mirror else [CANONICAL_BASE_URL]
 
 

@@ -27,6 +27,7 @@ import logging
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_json, write_text
 from pipeline.tracking import describe
 
@@ -221,8 +223,29 @@ def client():
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
+    check_server(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(uri)
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds when an http(s) tracking `uri` has no server behind it (MLflow itself
+    retries for minutes). Any HTTP answer counts as a server, an error status included.
+
+    Raises:
+        PipelineError: nothing answers at `uri` within `timeout_s` seconds.
+    """
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise PipelineError(f"MLFLOW_TRACKING_URI={uri}: no tracking server answers ({reason}); start it, "
+                            "or unset MLFLOW_TRACKING_URI to track into mlflow.db") from None  # fmt: skip
 
 
 EXPERIMENT_KIND = "mlflow.experimentKind"  # the tag MLflow's UI writes when one picks an experiment's type
