@@ -22,7 +22,7 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
 from pipeline.tracking import runs as tracking
-from pipeline.training import checkpoint, distributed, warm_start
+from pipeline.training import checkpoint, distributed, stopping, warm_start
 from pipeline.training import loop as training
 
 
@@ -32,6 +32,7 @@ def main() -> None:
     cfg = params.train
     if distributed.wants_torchrun(cfg.dist):
         raise SystemExit(distributed.relaunch(cfg.dist, "stages.train", []))
+    stopping.die_with_parent()  # DVC killed: SIGTERM, so the run saves last.pt and ends, not orphaned
     spm_model = model_file(params.tokenizer.out_dir)
     tok = Tokenizer.load(spm_model)
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import torch
 from toy_train import pairs, toy_run
 
 from pipeline.core.config import ModelConfig, Params, TokenizerConfig
-from pipeline.core.errors import run_main
+from pipeline.core.errors import Stopped, run_main
 from pipeline.data.multi30k import build_corpus
 from pipeline.data.tokenizer import Tokenizer, model_sha256, train_tokenizer
 from pipeline.model.transformer import Transformer
@@ -372,3 +373,11 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys,
     message = err[err.index("error: ") :].splitlines()[0]
     assert "loss is nan" in message and "last.pt" in message
     assert (tmp_path / "last.pt").read_bytes() == before
+
+
+def test_a_run_stopped_by_a_signal_says_so_in_one_line_and_exits_128_plus_the_signal(capsys):
+    def stopped():
+        raise Stopped(signal.SIGTERM, "train: stopped by SIGTERM after step 7; last.pt saved")
+
+    code, out, err = run_entry(stopped, capsys)
+    assert (code, out, err) == (143, "", "train: stopped by SIGTERM after step 7; last.pt saved\n")

@@ -104,6 +104,8 @@ def test_decoding_flags_reach_the_search_and_are_validated(tiny_translator_files
     assert len(capsys.readouterr().out.split()) <= 1  # at most one piece of output
     with pytest.raises(ConfigError, match="--batch-size: Input should be greater than 0"):
         cli(tiny_translator_files, "--batch-size", "0", "x")
+    with pytest.raises(ConfigError, match="--length-penalty: Input should be a finite number"):
+        cli(tiny_translator_files, "--length-penalty", "inf", "x")
     with pytest.raises(SystemExit) as exit_info:
         translate_main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("mt-translate ")

@@ -60,6 +60,8 @@ BAD = [
     ("vocab below specials", "tokenizer: {vocab_size: 3}", ["tokenizer.vocab_size", "greater than 4"]),
     ("nested key typo", "train: {optim: {peak_lrr: 0.1}}", ["train.optim.peak_lrr", "not permitted"]),
     ("section typo", "trian: {max_len: 10}", ["trian", "not permitted"]),
+    ("length penalty infinite", "decode: {length_penalty: .inf}", ["decode.length_penalty", "finite number"]),
+    ("learning rate NaN", "train: {optim: {peak_lr: .nan}}", ["train.optim.peak_lr", "finite number"]),
     (
         "batch below one pair",
         "train: {optim: {max_tokens: 10}}",

@@ -4,6 +4,7 @@ JSON, never a stack trace or a server path, and the model still answers afterwar
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -11,10 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from pipeline.core.config import DecodeConfig
-from pipeline.serving.server import guard
+from pipeline.serving.server import capped_body, guard
 
 JSON = {"Content-Type": "application/json"}
 GOOD = b'{"inputs": ["A man walks in the park."]}'
@@ -116,6 +118,45 @@ def test_a_body_that_is_not_json_gets_415(client: TestClient, content_type: str 
     headers = {} if content_type is None else {"Content-Type": content_type}
     response = client.post("/invocations", content=b"a\nA dog.\n", headers=headers)
     assert_clean_error(response.status_code, response.text, range(415, 416))
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["Application/JSON", 'application/json; charset="utf-8"', "application/json;charset=UTF-8"],
+)
+def test_json_media_types_in_any_case_and_quoting_are_answered(client: TestClient, content_type: str) -> None:
+    response = client.post("/invocations", content=GOOD, headers={"Content-Type": content_type})
+    assert response.status_code == 200 and len(response.json()["predictions"]) == 1
+
+
+def test_a_body_over_the_byte_cap_gets_413_before_it_is_read(model) -> None:
+    from mlflow.pyfunc import scoring_server
+
+    capped = TestClient(guard(scoring_server.init(model), max_body_bytes=1000))
+    big = json.dumps({"inputs": ["A dog runs. " * 100]}).encode()
+    for content in (big, iter([big] * 3)):  # with a Content-Length, and streamed without one
+        response = capped.post("/invocations", headers=JSON, content=content)
+        assert_clean_error(response.status_code, response.text, range(413, 414))
+        assert response.json()["message"] == "body: over 1,000 bytes (serve.max_body_bytes)"
+    assert capped.post("/invocations", content=GOOD, headers=JSON).status_code == 200
+
+
+def test_the_byte_cap_reads_nothing_past_a_declared_length_and_stops_a_stream_at_the_cap() -> None:
+    received: list[int] = []
+
+    async def receive() -> dict:
+        received.append(600)
+        return {"type": "http.request", "body": b"x" * 600, "more_body": True}  # an endless body
+
+    def request(headers: list) -> Request:
+        return Request(
+            {"type": "http", "method": "POST", "path": "/invocations", "headers": headers}, receive
+        )
+
+    assert asyncio.run(capped_body(request([(b"content-length", b"50000000")]), 1000)) is None
+    assert received == []
+    assert asyncio.run(capped_body(request([]), 1000)) is None
+    assert received == [600, 600]
 
 
 def test_messages_name_the_problem(client: TestClient) -> None:

@@ -2,6 +2,11 @@
 afresh when the trajectory changes, checkpoint contents, budgets and the NaN stop."""
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +14,7 @@ import torch
 from toy_train import TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
 
 from pipeline.core.config import OptimConfig, TrainConfig
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, Stopped
 from pipeline.model import transformer
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint
@@ -62,6 +67,82 @@ def test_raising_the_budget_continues_the_run(tmp_path, losses, capsys):
     )  # ... and best.pt followed
     assert progress.kept == ["step0000012.pt", "step0000016.pt"]
     assert sorted(p.name for p in (tmp_path / "run").glob("step*.pt")) == progress.kept
+
+
+def test_sigterm_between_validations_saves_last_pt_and_the_continued_run_is_the_same(
+    tmp_path, losses, monkeypatch
+):
+    """SIGTERM during step 7 (validations every 4): the step finishes, last.pt is saved at step 7
+    and the run stops with `Stopped`; continued, its steps 8..16 equal an uninterrupted run's."""
+    from pipeline.training import loop
+
+    data = pairs(64)
+    toy_run(tmp_path / "full", data, max_steps=16, label_smoothing=0.0)
+    uninterrupted = list(losses)
+    losses.clear()
+    recorded, calls = loop.train_step, [0]
+
+    def signalled(*args):
+        calls[0] += 1
+        if calls[0] == 7:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled while the step runs
+        return recorded(*args)
+
+    monkeypatch.setattr(loop, "train_step", signalled)
+    with pytest.raises(Stopped, match=r"stopped by SIGTERM after step 7; last.pt saved") as info:
+        toy_run(tmp_path / "run", data, max_steps=16, label_smoothing=0.0)
+    assert info.value.signum == signal.SIGTERM and len(losses) == 7
+    assert checkpoint.load(tmp_path / "run" / "last.pt")["progress"]["step"] == 7
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is the run's alone
+    monkeypatch.setattr(loop, "train_step", recorded)
+    _, progress = toy_run(tmp_path / "run", data, max_steps=16, label_smoothing=0.0)
+    assert progress.step == 16 and losses[7:] == uninterrupted[7:]  # bit-identical
+
+
+def test_a_second_signal_interrupts_at_once():
+    from pipeline.training.stopping import stop_at_step_boundary
+
+    with pytest.raises(KeyboardInterrupt), stop_at_step_boundary() as request:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert request.signal == signal.SIGINT  # the first is noted
+        os.kill(os.getpid(), signal.SIGINT)  # the second is Python's own Ctrl-C
+        time.sleep(5)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+CHILD = """
+import signal, sys, time
+from pipeline.training.stopping import die_with_parent
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
+assert die_with_parent()
+open(sys.argv[1] + ".ready", "w").close()
+time.sleep(60)
+"""
+PARENT = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]])
+while not os.path.exists(sys.argv[2] + ".ready"):
+    time.sleep(0.05)
+os._exit(0)  # gone without waiting for its child, as a SIGKILLed DVC
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_trainer_is_sent_sigterm_when_its_parent_dies(tmp_path):
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    mark = tmp_path / "mark"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run(
+        [sys.executable, tmp_path / "parent.py", tmp_path / "child.py", mark],
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    deadline = time.monotonic() + 30
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.read_text() == "TERM"
 
 
 def test_budgets_are_not_part_of_the_identity_but_the_lr_is():

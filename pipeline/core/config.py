@@ -30,10 +30,10 @@ MAX_BEAM_SIZE = 100
 
 
 class Section(BaseModel):
-    """Base for every section: unknown keys are errors, values are immutable, and a boolean is
-    not a number (YAML's `true` would otherwise pass as 1)."""
+    """Base for every section: unknown keys are errors, values are immutable, numbers are finite,
+    and a boolean is not a number (YAML's `true` would otherwise pass as 1)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -267,6 +267,7 @@ class ServeConfig(Section):
     max_inputs: int = Field(default=256, gt=0)  # strings per request
     max_chars: int = Field(default=5000, gt=0)  # characters per string
     max_seconds: float = Field(default=50.0, gt=0.0)  # a request stops past it (MLflow's own -t: 60 s)
+    max_body_bytes: int = Field(default=8_000_000, gt=0)  # a larger request body: 413, not read to its end
 
 
 class IncomingConfig(Section):

@@ -24,15 +24,24 @@ class CheckpointError(PipelineError):
     """A checkpoint is unreadable or does not fit the model / tokenizer."""
 
 
+class Stopped(KeyboardInterrupt):
+    """A run ended early on a signal (SIGTERM, Ctrl-C) after saving what continues it."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
 EXIT_SIGINT = 128 + signal.SIGINT  # 130: the shell's status for a command ended by Ctrl-C
 EXIT_SIGPIPE = 128 + signal.SIGPIPE  # 141: the shell's status for a writer whose reader went away
 
 
 def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
     """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1,
-    Ctrl-C a quiet exit 130. With `stdout_pipe` (a command whose output is meant for a pipe), a
-    closed stdout (`... | head -1`) ends it quietly with exit 141; elsewhere a `BrokenPipeError`
-    (a socket, say) is an error like any other.
+    Ctrl-C a quiet exit 130, and a run `Stopped` by a signal its one line and exit 128 + the
+    signal. With `stdout_pipe` (a command whose output is meant for a pipe), a closed stdout
+    (`... | head -1`) ends it quietly with exit 141; elsewhere a `BrokenPipeError` (a socket, say)
+    is an error like any other.
 
     Raises:
         SystemExit: on a `PipelineError` (1), a closed stdout (141) or Ctrl-C (130); any other
@@ -50,6 +59,9 @@ def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
             raise
         _silence_stdout()
         raise SystemExit(EXIT_SIGPIPE) from None
+    except Stopped as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
     except KeyboardInterrupt:
         raise SystemExit(EXIT_SIGINT) from None
 

@@ -26,6 +26,7 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from pipeline.core.config import ServeConfig
 from pipeline.serving.pyfunc import REQUEST_PARAMS, input_problem, json_kind
 
 MODEL_URI_ENV = "MT_SERVE_MODEL_URI"  # the model each worker loads (`create_app`)
@@ -40,10 +41,26 @@ def content_type_problem(header: str | None) -> str | None:
     with `charset=utf-8`), as one line."""
     if not header:
         return "Content-Type: missing (expected application/json)"
-    mime, *options = [part.strip() for part in header.split(";")]
-    if mime == "application/json" and all(o.lower() == "charset=utf-8" for o in options):
+    mime, *options = [part.strip().lower() for part in header.split(";")]  # media types ignore case
+    if mime == "application/json" and all(o.replace('"', "") == "charset=utf-8" for o in options):
         return None
     return f"Content-Type: expected application/json (UTF-8), got {header!r}"
+
+
+async def capped_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None as soon as it is known to be over `limit` bytes: from its
+    Content-Length before anything is read, else while it streams in."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    request._body = b"".join(chunks)  # what Starlette's middleware replays to the app downstream
+    return request._body
 
 
 def body_problem(body: bytes) -> str | None:
@@ -103,9 +120,10 @@ def one_line(status: int, body: bytes) -> tuple[str, str | None]:
     return lines[0][:MAX_MESSAGE], code
 
 
-def guard(app: FastAPI) -> FastAPI:
+def guard(app: FastAPI, max_body_bytes: int = ServeConfig().max_body_bytes) -> FastAPI:
     """`app` (MLflow's scoring app) with its requests checked and its error answers made one line
-    of JSON (see the module docstring); returns `app`."""
+    of JSON (see the module docstring); returns `app`. A body over `max_body_bytes` gets a 413
+    without being read to its end."""
 
     @app.middleware("http")
     async def one_line_errors(request: Request, call_next) -> Response:
@@ -113,9 +131,14 @@ def guard(app: FastAPI) -> FastAPI:
             problem = content_type_problem(request.headers.get("content-type"))
             if problem:
                 return error_response(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, problem)
-            problem = body_problem(await request.body())
+            body = await capped_body(request, max_body_bytes)
+            if body is None:
+                return error_response(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                      f"body: over {max_body_bytes:,} bytes (serve.max_body_bytes)")  # fmt: skip
+            problem = body_problem(body)
             if problem:
                 return error_response(HTTPStatus.BAD_REQUEST, problem)
+            set_header(request, b"content-type", b"application/json")  # MLflow compares it as written
         try:
             response = await call_next(request)
         except Exception:
@@ -129,13 +152,18 @@ def guard(app: FastAPI) -> FastAPI:
     return app
 
 
+def set_header(request: Request, name: bytes, value: bytes) -> None:
+    """Replace header `name` (lower case) of `request` for the app downstream."""
+    request.scope["headers"] = [(k, value if k == name else v) for k, v in request.scope["headers"]]
+
+
 def create_app() -> FastAPI:
     """The guarded scoring app of the model named by `$MT_SERVE_MODEL_URI` (a uvicorn factory: each
     worker loads the model once). MLflow's `SERVING_MODEL_CONFIG` overrides its model config."""
     from mlflow.pyfunc import scoring_server
 
     model = scoring_server.load_model_with_mlflow_config(os.environ[MODEL_URI_ENV])
-    return guard(scoring_server.init(model))
+    return guard(scoring_server.init(model), model.unwrap_python_model().limits.max_body_bytes)
 
 
 def parser() -> argparse.ArgumentParser:

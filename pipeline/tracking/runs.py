@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, Stopped
 from pipeline.core.io import write_json, write_text
 from pipeline.tracking import describe
 
@@ -581,9 +581,13 @@ def _torch_version() -> str:
 
 @contextmanager
 def finishing(tracker: Tracker) -> Iterator[Tracker]:
-    """Mark the tracker's run FINISHED when the block completes, FAILED when it raises."""
+    """Mark the tracker's run FINISHED when the block completes, KILLED when a signal stopped it
+    (`Stopped`: a later run continues it), FAILED when it raises anything else."""
     try:
         yield tracker
+    except Stopped:
+        tracker.finish("KILLED")
+        raise
     except BaseException:
         tracker.finish("FAILED")
         raise

@@ -56,6 +56,7 @@ from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 from pipeline.training.progress import ConsoleProgress
 from pipeline.training.schedule import learning_rate
+from pipeline.training.stopping import stop_at_step_boundary
 from pipeline.training.threads import ThreadsForLoad
 from pipeline.training.validation import Validation
 
@@ -154,32 +155,39 @@ def train(
 
     lr = lr_at(progress.step, cfg)
     try:
-        while world.rank0_says(budget_left(progress, cfg, time.time() - started)):
-            batches = [
-                to_tensors(pairs, b, model.pad_id, run.device)
-                for b in next_batches(order, progress, cfg, world)
-            ]
-            lr = lr_at(progress.step + 1, cfg)
-            loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
-            progress.step += 1
-            progress.target_tokens += n_tokens
-            if ema is not None:
-                ema.update(model)
-            if not math.isfinite(loss):
-                raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
-                                    f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
-            window.add(loss, n_tokens)
-            stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
-            console.update(progress.step, time.time() - started, stats)
-            if threads is not None and threads.update():
-                console.line(f"threads: {torch.get_num_threads()} (other processes keep "
-                             f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)")  # fmt: skip
-            if world.is_main and progress.step % LOG_EVERY == 0:
-                run.tracker.log_metrics(stats, progress.step)
-            if world.is_main and progress.step % cfg.val_every == 0:
-                validation_point(lr)
+        with stop_at_step_boundary() as stop_request:
+            while world.rank0_says(budget_left(progress, cfg, time.time() - started) and not stop_request):
+                batches = [
+                    to_tensors(pairs, b, model.pad_id, run.device)
+                    for b in next_batches(order, progress, cfg, world)
+                ]
+                lr = lr_at(progress.step + 1, cfg)
+                loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
+                progress.step += 1
+                progress.target_tokens += n_tokens
+                if ema is not None:
+                    ema.update(model)
+                if not math.isfinite(loss):
+                    raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
+                                        f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
+                window.add(loss, n_tokens)
+                stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
+                console.update(progress.step, time.time() - started, stats)
+                if threads is not None and threads.update():
+                    console.line(f"threads: {torch.get_num_threads()} (other processes keep "
+                                 f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)")  # fmt: skip
+                if world.is_main and progress.step % LOG_EVERY == 0:
+                    run.tracker.log_metrics(stats, progress.step)
+                if world.is_main and progress.step % cfg.val_every == 0:
+                    validation_point(lr)
     finally:
         console.close()  # before any error message, so it gets a line of its own
+    if world.rank0_says(bool(stop_request)):  # a signal: save where the run stands, then stop
+        if world.is_main:
+            progress.wall_seconds = time.time() - started
+            run.tracker.log_checkpoint(save_last(model, optimizer, ema, progress, identity, run))
+            write_log(progress.log, run.log_csv)
+        raise stop_request.stopped(progress.step)
     if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
         validation_point(lr)  # the final weights, once
     if world.is_main:
@@ -322,10 +330,15 @@ def save_checkpoints(
     name = f"step{progress.step:07d}.pt"
     written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}, spm))
     progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
-    state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
-    written.append(checkpoint.save(run.out_dir / "last.pt", state, spm))
+    written.append(save_last(model, optimizer, ema, progress, identity, run))
     for path in written:
         run.tracker.log_checkpoint(path)
+
+
+def save_last(model, optimizer, ema: EMA | None, progress: Progress, identity: dict, run) -> Path:
+    """`last.pt`: weights, optimizer, RNG, data position and progress: what continues the run exactly."""
+    state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
+    return checkpoint.save(run.out_dir / "last.pt", state, run.spm_sha256)
 
 
 def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:

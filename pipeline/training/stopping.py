@@ -1,0 +1,72 @@
+"""Stopping a training cleanly: SIGTERM and Ctrl-C end it at the next step boundary, and a
+trainer whose parent process dies (DVC killed) is sent SIGTERM instead of training on, orphaned."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pipeline.core.errors import Stopped
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    """Whether a stop signal arrived; `signal` names the first one (None: none)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+    def stopped(self, step: int) -> Stopped:
+        """The exception that ends the run, saying where it stopped."""
+        name = signal.Signals(self.signal).name
+        return Stopped(
+            self.signal,
+            f"train: stopped by {name} after step {step}; last.pt saved, the next run continues it",
+        )
+
+
+@contextmanager
+def stop_at_step_boundary() -> Iterator[StopRequest]:
+    """Within the block, SIGTERM and SIGINT set the yielded request instead of interrupting (a
+    second one interrupts at once, as without this). Outside the main thread, where Python cannot
+    install handlers, the request never fires and signals act as before."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def note(signum: int, frame) -> None:
+        request.signal = signum
+        for s in SIGNALS:  # the second signal is not caught: an impatient user still gets out
+            signal.signal(s, previous.get(s, signal.SIG_DFL))
+
+    previous: dict[int, object] = {}
+    for s in SIGNALS:
+        previous[s] = signal.signal(s, note)
+    try:
+        yield request
+    finally:
+        for s in SIGNALS:
+            signal.signal(s, previous[s])
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send `signum` to this process when its parent exits (prctl PR_SET_PDEATHSIG).
+    Returns False where that is not available (not Linux) or the parent is already gone."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        return False
+    return os.getppid() == parent  # it may have died before the request took effect
