@@ -231,6 +231,23 @@ def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, harness, monke
     assert client.get_model_version_by_alias(MODEL_NAME, "champion").run_id == run.info.run_id
 
 
+def test_a_train_that_refuses_to_start_leaves_the_last_runs_reports(smoke, tmp_path):
+    """DVC removes a stage's outputs before running it unless they persist: a trainer that stops
+    at once (here: another holds the folder) must not take the last run's log and facts with it."""
+    from pipeline.training.checkpoint import trainer_lock
+
+    work, env, _ = smoke
+    copy = tmp_path / "repo"
+    shutil.copytree(work, copy, symlinks=True)
+    kept = [P.train.log_csv, P.train.metrics_json, P.train.facts_json, P.train.run_id_file]
+    before = {name: (copy / name).read_bytes() for name in kept}
+    with trainer_lock(copy / P.train.out_dir):
+        done = subprocess.run(["dvc", "repro", "-f", "train"], cwd=copy, env=env, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+    assert done.returncode != 0 and "a training is already running" in done.stdout + done.stderr
+    assert {name: (copy / name).read_bytes() for name in kept} == before
+
+
 def test_flow_fails_with_the_stage_error(smoke, harness, monkeypatch, tmp_path):
     from pipeline.ops.flow import pipeline_flow
 
