@@ -240,6 +240,9 @@ def test_no_trained_model_says_how_to_get_one(random_translator_files, tmp_path,
         ("missing/dir/a.png", "the folder {tmp}/missing/dir does not exist"),
         (".", "is a folder, not a PNG file name"),
         ("/dev/null", "not a regular file"),
+        ("/proc/a.png", "cannot be written"),
+        ("/sys/a.png", "cannot be written"),
+        ("x" * 300 + ".png", "cannot be written (File name too long)"),
     ],
 )
 def test_attention_path_is_checked_before_translating(
@@ -249,7 +252,7 @@ def test_attention_path_is_checked_before_translating(
     code, out, err = translate(random_translator_files, capsys, "A dog.", "--attention", str(path))
     assert code != 0 and out == "" and err.count("\n") == 1
     assert err.startswith(f"error: --attention {path}: ") and culprit.format(tmp=tmp_path) in err
-    assert not (tmp_path / "missing").exists()
+    assert not (tmp_path / "missing").exists() and list(tmp_path.glob("*.png")) == []
 
 
 def test_bad_beam_flag(random_translator_files, capsys):

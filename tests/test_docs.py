@@ -151,6 +151,16 @@ def test_python_m_modules_exist(doc: Path):
     assert not missing, f"{doc_id(doc)}: `python -m` of missing modules: {missing}"
 
 
+def test_architecture_lists_every_module_once():
+    """docs/architecture.md: one line per module of `pipeline/`, none missing, none gone."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    listed = re.findall(r"^- `(pipeline/[\w/]+\.py)`:", text, flags=re.M)
+    modules = sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "pipeline").rglob("*.py") if p.name != "__init__.py"
+    )
+    assert sorted(listed) == [m for m in modules if m != "pipeline/__main__.py"]
+
+
 def test_readme_is_short_and_links_every_docs_page():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= README_MAX_LINES

@@ -236,17 +236,27 @@ def drawable(engine: Engine, line: str, max_len: int) -> bool:
 
 
 def check_attention_path(path: Path) -> None:
-    """--attention must name a new or regular file in an existing folder (checked before translating).
+    """--attention must name a new or regular file that can be written, in an existing folder
+    (checked before translating, by opening it for appending; a file made to check is removed).
 
     Raises:
-        ConfigError: the folder does not exist, or the path is a folder or not a regular file.
+        ConfigError: the folder does not exist, the path is a folder or not a regular file, or
+            it cannot be written (no permission, a read-only or virtual file system, a name too long).
     """
     if not path.parent.is_dir():
         raise ConfigError(f"--attention {path}: the folder {path.parent} does not exist")
-    if path.is_dir():
-        raise ConfigError(f"--attention {path}: is a folder, not a PNG file name")
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"--attention {path}: not a regular file")
+    try:
+        if path.is_dir():
+            raise ConfigError(f"--attention {path}: is a folder, not a PNG file name")
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"--attention {path}: not a regular file")
+        existed = path.exists()
+        with path.open("ab"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"--attention {path}: cannot be written ({err.strerror})") from None
+    if not existed:
+        path.unlink()
 
 
 def run(args: argparse.Namespace) -> Iterator[str]:
