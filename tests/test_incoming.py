@@ -51,6 +51,8 @@ def test_reads_a_good_file_with_bom_crlf_and_spaces(tmp_path: Path) -> None:
     path = tmp_path / "new.tsv"
     path.write_bytes("\ufeffA boy swims.\tEin Junge schwimmt.\r\n  A bird. \tEin Vogel.\n".encode())
     assert read_incoming(path) == [("A boy swims.", "Ein Junge schwimmt."), ("A bird.", "Ein Vogel.")]
+    path.write_bytes(b"A boy swims.\tEin Junge schwimmt.\n\r\n \n\n")  # blank lines at the end: ignored
+    assert read_incoming(path) == [("A boy swims.", "Ein Junge schwimmt.")]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,8 @@ def test_reads_a_good_file_with_bom_crlf_and_spaces(tmp_path: Path) -> None:
         (b"A boy. Ein Junge.\n", r"new\.tsv: line 1: expected 2 tab-separated fields .*got 1"),
         (b"A boy.\t \n", r"new\.tsv: line 1: empty de field"),
         (b"A boy.\tEin Junge.\n\nA cat.\tEine Katze.\n", r"new\.tsv: line 2: empty line"),
+        (b"A boy.\tEin Junge.\n\n \nA cat.\tEine Katze.\n", r"new\.tsv: line 2: empty line"),
+        (b"\nA boy.\tEin Junge.\n", r"new\.tsv: line 1: empty line"),
         (b"A \x07boy.\tEin Junge.\n", r"new\.tsv: line 1: control character U\+0007 in the en field"),
         ("A boy.\t\u200b\n".encode(), r"new\.tsv: line 1: empty de field \(invisible characters only\)$"),
         ("\u200b\u00a0\u200d\ufeff\u2060\tEin Junge.\n".encode(), r"new\.tsv: line 1: empty en field \("),

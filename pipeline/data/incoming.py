@@ -153,6 +153,8 @@ def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
 
 def iter_incoming(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
     """The pairs of one incoming file, read and validated a line at a time (see `parse_line`).
+    Blank lines at the end of the file are ignored (an editor's trailing newline); a blank line
+    before another pair is an error.
 
     Raises:
         DataError: the file is unreadable, or a line is invalid (one line naming file and line).
@@ -160,9 +162,15 @@ def iter_incoming(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
     path = Path(path)
     try:
         with path.open("rb") as f:
+            blank = None  # the first blank line since the last pair
             for number, raw in enumerate(f, start=1):
-                raw = raw.removesuffix(b"\n")
-                yield parse_line(raw.removeprefix(BOM) if number == 1 else raw, f"{path}: line {number}", tgt)
+                raw = raw.removesuffix(b"\n").removeprefix(BOM if number == 1 else b"")
+                if not raw.strip():
+                    blank = blank or number
+                    continue
+                if blank is not None:
+                    raise DataError(f"{path}: line {blank}: empty line")
+                yield parse_line(raw, f"{path}: line {number}", tgt)
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
