@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 
+from pipeline.core import io
+from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_path, current_umask, remove_stale_temps, write_json, write_text
 
 
@@ -58,3 +63,26 @@ def test_only_our_temp_files_count_as_stale(tmp_path):
     assert sorted(p.name for p in removed) == sorted([ours, ".model.pt.k2_9zq0x.tmp"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*keep, ".dir.abcdefgh.tmp"])
     assert remove_stale_temps(tmp_path / "absent") == []
+
+
+def test_a_write_that_runs_out_of_space_says_so_and_keeps_the_old_file(tmp_path, monkeypatch) -> None:
+    """torch's writer reports a full disk as `RuntimeError: basic_ios::clear`, Python as ENOSPC:
+    either way one line naming the file and 'no space left on device', and the old file stays."""
+    target = tmp_path / "last.pt"
+    target.write_text("old")
+    monkeypatch.setattr(io.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 0))
+    for err in (
+        RuntimeError("basic_ios::clear: iostream error"),
+        OSError(errno.ENOSPC, "No space left on device"),
+    ):
+        with pytest.raises(PipelineError, match=rf"^{re.escape(str(target))}: no space left on device in "):
+            with io.atomic_path(target) as tmp:
+                tmp.write_text("half")
+                raise err
+        assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+
+
+def test_other_write_errors_pass_through(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="something else"):
+        with io.atomic_path(tmp_path / "a.pt"):
+            raise RuntimeError("something else")  # the disk has room: not a full disk
