@@ -22,7 +22,7 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
 from pipeline.tracking import runs as tracking
-from pipeline.training import checkpoint, distributed, stopping, warm_start
+from pipeline.training import checkpoint, distributed, shadow, stopping, warm_start
 from pipeline.training import loop as training
 
 
@@ -49,8 +49,11 @@ def main() -> None:
             run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
                                       device=device, bf16=bf16, init_from=init_from,
                                       spm_sha256=model_sha256(spm_model))  # fmt: skip
+            fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
+            if world.is_main and (step := shadow.restore(run.out_dir, fingerprint)) is not None:
+                copy = shadow.shadow_dir(run.out_dir)
+                print(f"{run.out_dir}: restored at step {step} from {copy} (DVC had reset the folder)")
             if world.is_main and params.mlflow.enabled:
-                fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
                 start = tracking.TrainStart(run.data_id, len(pairs), str(device), init_from)
                 run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, start)
             with tracking.finishing(run.tracker):

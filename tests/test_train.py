@@ -3,6 +3,7 @@ afresh when the trajectory changes, checkpoint contents, budgets and the NaN sto
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -259,3 +260,22 @@ def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
 def test_the_facts_name_the_budget_that_ended_a_run(step, bad, expected):
     cfg = OptimConfig(**TOY_OPTIM, patience=3)
     assert train_module.stopped_by(train_module.Progress(step=step, bad_validations=bad), cfg) == expected
+
+
+def test_a_run_reset_by_dvc_continues_from_its_shadow_copy(tmp_path, losses):
+    """`dvc exp run` resets the checkpoint folder to its recorded version (here: deleted) before it
+    runs; the shadow copy puts the stopped run back, and steps 9..16 equal an uninterrupted run's."""
+    from pipeline.training import shadow
+
+    data = pairs(64)
+    toy_run(tmp_path / "full", data, max_steps=16, label_smoothing=0.0)
+    uninterrupted = list(losses)
+    losses.clear()
+    out = tmp_path / "run"
+    toy_run(out, data, max_steps=8, label_smoothing=0.0, max_minutes=1.0)
+    fingerprint = checkpoint.load(out / "last.pt")["fingerprint"]
+    shutil.rmtree(out)
+    assert shadow.restore(out, fingerprint) == 8
+    _, progress = toy_run(out, data, max_steps=16, label_smoothing=0.0, max_minutes=2.0)
+    assert progress.log[0]["step"] == 4 and progress.step == 16  # the log goes on from the first run
+    assert losses[8:] == uninterrupted[8:]

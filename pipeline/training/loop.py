@@ -51,7 +51,7 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.runs import NullTracker, Tracker
-from pipeline.training import checkpoint
+from pipeline.training import checkpoint, shadow
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 from pipeline.training.progress import ConsoleProgress
@@ -336,9 +336,12 @@ def save_checkpoints(
 
 
 def save_last(model, optimizer, ema: EMA | None, progress: Progress, identity: dict, run) -> Path:
-    """`last.pt`: weights, optimizer, RNG, data position and progress: what continues the run exactly."""
+    """`last.pt`: weights, optimizer, RNG, data position and progress: what continues the run exactly.
+    The folder is then mirrored outside DVC's outputs (`shadow`), where `dvc exp run` cannot reset it."""
     state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
-    return checkpoint.save(run.out_dir / "last.pt", state, run.spm_sha256)
+    path = checkpoint.save(run.out_dir / "last.pt", state, run.spm_sha256)
+    shadow.mirror(run.out_dir)
+    return path
 
 
 def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
