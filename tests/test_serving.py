@@ -157,3 +157,30 @@ def test_a_request_past_its_time_limit_stops(logged, monkeypatch) -> None:
     with pytest.raises(MlflowException, match="stopped after 16 of 40 inputs: it ran past serve.max_seconds"):
         python_model.predict(["A dog."] * 40)
     assert len(translated) == CHUNK_INPUTS  # the rest was never translated
+
+
+def test_chunks_bound_inputs_and_characters() -> None:
+    from pipeline.serving.pyfunc import CHUNK_CHARS, CHUNK_INPUTS, chunks
+
+    short = [f"A dog {i}." for i in range(40)]
+    assert [len(c) for c in chunks(short)] == [CHUNK_INPUTS, CHUNK_INPUTS, 40 - 2 * CHUNK_INPUTS]
+    long = ["x" * (CHUNK_CHARS // 2 + 1)] * 3 + ["y" * (3 * CHUNK_CHARS)] + ["z"]
+    assert [len(c) for c in chunks(long)] == [1, 1, 1, 1, 1]  # two halves and a bit do not fit together
+    assert sum(chunks(long), []) == long and chunks([]) == []
+
+
+def test_long_inputs_are_checked_against_the_time_limit_one_by_one(logged, monkeypatch) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.core.config import ServeConfig
+
+    model_uri, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    python_model = mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
+    python_model.limits = ServeConfig(max_inputs=100, max_seconds=1e-6)
+    translated = []
+    monkeypatch.setattr(python_model, "translate", lambda lines, *a: translated.extend(lines) or lines)
+    with pytest.raises(MlflowException, match="stopped after 1 of 20 inputs"):
+        python_model.predict(["A dog runs. " * 400] * 20)
+    assert len(translated) == 1

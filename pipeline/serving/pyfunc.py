@@ -66,7 +66,8 @@ def requirements(requirements_txt: Path | None = None) -> list[str]:
 
 
 REQUEST_PARAMS = ("beam_size", "length_penalty", "n_best")  # what a request may set (`params`)
-CHUNK_INPUTS = 16  # inputs translated between two checks of the request's time limit
+CHUNK_INPUTS = 16  # inputs translated between two checks of the request's time limit ...
+CHUNK_CHARS = 2000  # ... or fewer, so that a chunk holds at most this many characters (one input at least)
 INPUT_EXAMPLE = ["A man is walking his dog in the park."]
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
         """Translate `model_input`; see the class docstring for `params` and the output. The
-        inputs are translated `CHUNK_INPUTS` at a time; past `serve.max_seconds` the request
+        inputs are translated a chunk at a time (`chunks`); past `serve.max_seconds` the request
         stops before the next chunk, so an abandoned request does not go on using the CPU.
 
         Raises:
@@ -120,21 +121,21 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             raise MlflowException("internal error while translating (see the server's log)") from err
 
     def translate_in_time(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
-        """`lines` translated `CHUNK_INPUTS` at a time, as `predict` returns them.
+        """`lines` translated a chunk at a time (`chunks`), as `predict` returns them.
 
         Raises:
             MlflowException: DEADLINE_EXCEEDED, past `serve.max_seconds` before a chunk.
         """
         deadline = time.monotonic() + self.limits.max_seconds
         out: list[Any] = []
-        for start in range(0, len(lines), CHUNK_INPUTS):
-            if start and time.monotonic() > deadline:
+        for chunk in chunks(lines):
+            if out and time.monotonic() > deadline:
                 raise MlflowException(
-                    f"request stopped after {start} of {len(lines)} inputs: it ran past "
+                    f"request stopped after {len(out)} of {len(lines)} inputs: it ran past "
                     f"serve.max_seconds ({self.limits.max_seconds:g} s)",
                     error_code=DEADLINE_EXCEEDED,
                 )
-            out += self.translate(lines[start : start + CHUNK_INPUTS], cfg, n_best)
+            out += self.translate(chunk, cfg, n_best)
         return out
 
     def translate(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
@@ -146,6 +147,20 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             [{"rank": k, "score": round(score, 4), "translation": text} for k, (text, score) in enumerate(entries, 1)]
             for entries in ranked
         ]  # fmt: skip
+
+
+def chunks(lines: list[str]) -> list[list[str]]:
+    """`lines` in order, in runs of at most `CHUNK_INPUTS` inputs and `CHUNK_CHARS` characters (a
+    longer input alone): the time limit is checked between runs, so long inputs are checked often."""
+    out: list[list[str]] = []
+    size = 0
+    for line in lines:
+        if not out or len(out[-1]) == CHUNK_INPUTS or size + len(line) > CHUNK_CHARS:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line)
+    return out
 
 
 def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeConfig, int]:
