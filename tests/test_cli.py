@@ -87,6 +87,18 @@ def test_file_input_is_batched_and_equals_line_by_line(
     assert out[:4] == [translate_lines(loaded, [line], cfg)[0] for line in lines[:4]]
 
 
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_cr_and_crlf_line_ends_read_as_lines(tiny_translator_files, capsys, monkeypatch, end: str) -> None:
+    lines = ["A man walks in the park.", "Two dogs.", "A red car."]
+    answers = []
+    for ending in ("\n", end):
+        raw = "".join(line + ending for line in lines).encode()
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
+        cli(tiny_translator_files)
+        answers.append(capsys.readouterr().out.split("\n")[:-1])
+    assert len(answers[0]) == 3 and answers[1] == answers[0]
+
+
 def test_n_best_prints_k_numbered_ranked_lines_per_input(tiny_translator_files, capsys) -> None:
     cli(tiny_translator_files, "--n-best", "2", "A man walks in the park.", "", "🙂",
         "Two children play. A dog walks.")  # fmt: skip

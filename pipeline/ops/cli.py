@@ -147,9 +147,9 @@ def input_batches(sentences: list[str]) -> Iterator[list[str]]:
 
 def surrogate_stdin():
     """stdin, set to hand undecodable bytes on as surrogates (whatever PYTHONIOENCODING's error
-    handler), so `utf8_line` reports them with their line number."""
+    handler), so `utf8_line` reports them with their line number; `\\n`, `\\r\\n` and a lone `\\r` end a line."""
     if hasattr(sys.stdin, "reconfigure"):
-        sys.stdin.reconfigure(errors="surrogateescape")
+        sys.stdin.reconfigure(errors="surrogateescape", newline=None)
     return sys.stdin
 
 
