@@ -16,6 +16,7 @@ test_2016_flickr source) go to `robustness_json` (a DVC metrics file) and `robus
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +42,8 @@ ROBUSTNESS_SPLIT = "test_2016_flickr"  # its upper-cased source is the casing fi
 
 def main() -> None:
     datasets.disable_progress_bars()
+    # registering the model downloads its artifacts: MLflow's progress bars only clutter DVC's log
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     params = load_params()
     cfg, max_len, out_dir = params.decode, params.train.max_len, Path(params.decode.translations_dir)
     spm_model, model = model_file(params.tokenizer.out_dir), Path(params.train.model_file)

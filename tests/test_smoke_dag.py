@@ -77,7 +77,8 @@ def smoke(tmp_path_factory, french_repro):
 
 
 def test_smoke_dag_runs_end_to_end(smoke):
-    work, env, _ = smoke
+    work, env, run = smoke
+    assert "Downloading artifacts" not in run.stdout + run.stderr  # MLflow's bars stay out of DVC's log
     metrics = {s: json.loads((work / P.score.scores_dir / f"{s}.json").read_text()) for s in SPLITS}
     facts = json.loads((work / P.score.facts_json).read_text())
     assert set(metrics) == set(facts) == {"val", "test_2016_flickr", "test_2017_flickr"}
