@@ -113,3 +113,11 @@ def test_source_words_are_written_and_loaded_beside_the_model(tok: Tokenizer, tm
     assert loaded.source_words == {"a", "dog", "man's", "runs", "t-rex", "toys", "two"}
     [sentence] = prepare(["Rex runs to a dog."], loaded)
     assert [s.text for s in sentence.spans] == ["Rex"]  # never seen: a name, copied verbatim
+
+
+def test_pre_encoded_pieces_reach_the_model_as_text_with_a_warning(tok: Tokenizer, capsys) -> None:
+    engine = Echo(tok)
+    out = translate_lines(engine, ["▁A ▁man ▁is ▁walking ."], CFG)
+    assert engine.seen == ["A man is walking."]
+    assert out == ["A man is walking."]
+    assert "line 1: SentencePiece pieces" in capsys.readouterr().err

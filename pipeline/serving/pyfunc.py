@@ -35,7 +35,7 @@ from pipeline.tracking.runs import repo_root
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the `pipeline` package, logged as code
 PYFUNC_PACKAGES = ("torch", "sentencepiece", "pydantic", "pyyaml", "numpy", "tqdm", "pandas", "sentencex",
-                   "sacremoses", "ctranslate2")  # fmt: skip  # what loading and translating import
+                   "sacremoses", "py3langid", "ctranslate2")  # fmt: skip  # what loading and translating import
 
 
 def installed(name: str) -> str:

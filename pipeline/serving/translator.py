@@ -1,14 +1,9 @@
 """One model loader and one translate pipeline for raw English lines, shared by the decode stage,
 `mt-translate`, the report and the MLflow pyfunc.
 
-`load_translator` gives our engine (a checkpoint checked against the tokenizer: vocabulary size
-and special ids), `load_ct2_translator` the CTranslate2 engine; both are `pipeline.serving.engine.Engine`s,
-chosen once. `translate_lines` takes raw lines: each is split into sentences, protected spans
-become placeholders, ALL-CAPS / Title-Case sentences are sentence-cased, a word longer than the
-trained maximum is copied untranslated, a sentence longer than it is cut into chunks; all model
-inputs of all lines go to the engine together, then case, spans and lines are restored
-(`pipeline.serving.sentences`, `spans`, `protection`, `casing`, `repeats`). One output line per
-input line; an empty line stays empty.
+`load_translator` and `load_ct2_translator` give an `Engine`; `translate_lines` splits, protects,
+case-normalises and chunks each line (docs/input-processing.md), translates all of them in one
+batch and puts lines, case and spans back: one output line per input line.
 """
 
 from __future__ import annotations
@@ -42,6 +37,7 @@ from pipeline.serving.sentences import (
     split_long,
     split_sentences,
 )
+from pipeline.serving.source_check import checked
 from pipeline.serving.spans import NameRule, Representable, Span, find_spans, foreign
 from pipeline.serving.torch_engine import TorchEngine
 from pipeline.training.checkpoint import load_model
@@ -146,7 +142,7 @@ def prepare(
 
     sentences = []
     for number, line in enumerate(lines):
-        for text in split_sentences(clean(line)):
+        for text in split_sentences(checked(number, clean(line))):
             for k, (segment, long_word) in enumerate(split_at_long_words(text, count, limit)):
                 if long_word:
                     sentences.append(_long_word(number, segment, continues=k > 0, limit=limit))
