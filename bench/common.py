@@ -25,6 +25,7 @@ from pipeline.core.config import FieldError, ModelConfig, Params, load_params, w
 from pipeline.core.device import cpu_name
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
+from pipeline.core.tables import markdown_table
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
@@ -188,14 +189,14 @@ def record(out_dir: str | Path, name: str, command: str, figures: dict, device: 
 def fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return "–" if value is None else str(value).replace("|", "\\|")
+    return "–" if value is None else str(value)
 
 
 def table(rows: list[dict]) -> list[str]:
-    """Markdown table of dict rows (columns: the union of their keys, first-seen order)."""
+    """The lines of a Markdown table of dict rows (columns: the union of their keys, first-seen
+    order), values written by `fmt`; no lines for no rows."""
     cols = list(dict.fromkeys(k for r in rows for k in r))
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return lines + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return markdown_table([{c: fmt(r.get(c)) for c in cols} for r in rows], cols).splitlines()
 
 
 def markdown(data: dict) -> str:

@@ -4,6 +4,7 @@ paired test against a baseline, the generated table."""
 from __future__ import annotations
 
 import pytest
+from markdown_tables import table_rows
 
 from pipeline.core.errors import PipelineError
 from pipeline.ops import experiments as ex
@@ -56,9 +57,9 @@ def test_table_shows_what_changed_against_the_baseline_and_p():
         "baseline": "base",
         "p_vs_baseline": 0.012,
     }
-    lines = ex.markdown([base, cand]).splitlines()
-    assert lines[2].startswith("| base | (baseline) | 3200 | 16 | 104.50 |")
-    assert "| drop-0.3 | model.dropout=0.3 |" in lines[3] and "| 40.00 | 40.30 | 0.01 |" in lines[3]
+    rows = table_rows(ex.markdown([base, cand]))
+    assert rows[2][:5] == ("base", "(baseline)", "3200", "16", "104.50")
+    assert rows[3][:2] == ("drop-0.3", "model.dropout=0.3") and ("40.00", "40.30", "0.01") == rows[3][8:11]
     older = base | {"params": {k: v for k, v in base["params"].items() if k != "train.model.dropout"}}
     assert ex.changed(cand, older) == "model.dropout=0.3"  # a knob the baseline predates: its default 0.1
 
@@ -74,10 +75,10 @@ def test_curve_reads_validation_rows_and_the_table_counts_tokens():
         "val_curve": {"steps": [400], "bleu_greedy": [19.4]},
     }
     large = {"name": "t5000", "steps": 1600, "target_tokens": 8e6, "val_curve": ex.val_curve(log)}
-    lines = ex.curve_table([small, large, {"name": "no-curve"}]).splitlines()
-    assert "| t2500 | 2,500 | not by 1.0M | not by 1.0M | 19.40 (1.0M) |  |" in lines
-    assert "| t5000 | 5,000 | not by 2.0M | not by 2.0M | 13.44 (1.0M) | 24.59 (2.0M) |" in lines
-    assert not any("no-curve" in line for line in lines)
+    rows = table_rows(ex.curve_table([small, large, {"name": "no-curve"}]))
+    assert ("t2500", "2,500", "not by 1.0M", "not by 1.0M", "19.40 (1.0M)", "") in rows
+    assert ("t5000", "5,000", "not by 2.0M", "not by 2.0M", "13.44 (1.0M)", "24.59 (2.0M)") in rows
+    assert not any("no-curve" in row for row in rows)
     assert ex.curve_table([{"name": "old"}]) == ""
 
 
@@ -90,7 +91,9 @@ def test_the_tokens_at_which_a_curve_passes_each_level_and_its_figure(tmp_path):
         "3.0M",
         "not by 3.0M",
     ]
-    assert "| long | 1,000 | 3.0M | not by 3.0M | 39.00 (1.0M) | – | 40.50 (3.0M) |" in ex.curve_table([row])
+    assert ("long", "1,000", "3.0M", "not by 3.0M", "39.00 (1.0M)", "–", "40.50 (3.0M)") in table_rows(
+        ex.curve_table([row])
+    )
     figure = tmp_path / "curves.png"
     ex.render([row], tmp_path / "experiments.md", figure)
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 5000

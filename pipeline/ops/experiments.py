@@ -37,6 +37,7 @@ from matplotlib.figure import Figure
 from pipeline.core.config import DecodeConfig, Params, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
+from pipeline.core.tables import markdown_table
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.translations import scores_path, translation_path
 from pipeline.ops.promotion import paired_bootstrap
@@ -230,9 +231,7 @@ def cells(row: dict, by_name: dict[str, dict]) -> list[str]:
 def markdown(rows: list[dict]) -> str:
     """The study table, one row per recorded candidate in recording order."""
     by_name = {r["name"]: r for r in rows}
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cells(r, by_name)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return markdown_table([dict(zip(COLUMNS, cells(r, by_name), strict=True)) for r in rows], COLUMNS) + "\n"
 
 
 def curve_points(row: dict) -> list[tuple[float, float]]:
@@ -267,28 +266,25 @@ def curve_table(rows: list[dict]) -> str:
     if not curved:
         return ""
     width = max(len(r["val_curve"]["steps"]) for r in curved)
-    levels = " | ".join(f"≥ {level:g} at" for level in LEVELS)
-    lines = [
-        "\n## Greedy val BLEU by training tokens\n",
-        "Each cell: greedy val BLEU at a validation (M target tokens trained on by then: steps times "
-        "the run's mean target tokens per step). Candidates with other batch sizes compare here per "
-        f"token, not per step. Figure: `{CURVE_FIGURE.as_posix()}`.\n",
-        f"| experiment | target tokens per step | {levels} | "
-        + " | ".join(f"validation {i + 1}" for i in range(width))
-        + " |",
-        "|---|---|" + "---|" * (len(LEVELS) + width),
-    ]
+    columns = ["experiment", "target tokens per step", *(f"≥ {level:g} at" for level in LEVELS)]
+    columns += [f"validation {i + 1}" for i in range(width)]
+    table = []
     for row in curved:
         per_step = row["target_tokens"] / row["steps"]
         curve = row["val_curve"]
-        cells = [passed_at(curve_points(row), level) for level in LEVELS]
+        cells = [row["name"], f"{per_step:,.0f}", *(passed_at(curve_points(row), level) for level in LEVELS)]
         cells += [
             "–" if bleu is None else f"{bleu:.2f} ({step * per_step / 1e6:.1f}M)"
             for step, bleu in zip(curve["steps"], curve["bleu_greedy"], strict=True)
         ]
-        cells += [""] * (width + len(LEVELS) - len(cells))
-        lines.append(f"| {row['name']} | {per_step:,.0f} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        cells += [""] * (len(columns) - len(cells))  # fewer validations than the longest curve
+        table.append(dict(zip(columns, cells, strict=True)))
+    intro = (
+        "Each cell: greedy val BLEU at a validation (M target tokens trained on by then: steps times "
+        "the run's mean target tokens per step). Candidates with other batch sizes compare here per "
+        f"token, not per step. Figure: `{CURVE_FIGURE.as_posix()}`."
+    )
+    return f"\n## Greedy val BLEU by training tokens\n\n{intro}\n\n{markdown_table(table, columns)}\n"
 
 
 def plot_curves(rows: list[dict], path: Path = CURVE_FIGURE) -> Path | None:
@@ -317,21 +313,21 @@ def length_penalty_table(rows: list[dict]) -> str:
     swept = [r for r in rows if r.get("length_penalty")]
     if not swept:
         return ""
-    lines = [
-        "\n## Length penalty on val (decode only)\n",
-        "Written by `python -m pipeline.ops.length_penalty NAME`: the candidate's model decoded with each "
-        "GNMT α; from the smallest, a larger α replaces the choice so far only when its val BLEU is "
-        "higher with p below `promotion.p_threshold` (paired bootstrap against that choice).\n",
-        "| experiment | beam | α | val BLEU | val BLEU lc-tok | length ratio | p vs the choice below | chosen |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    columns = ["experiment", "beam", "α", "val BLEU", "val BLEU lc-tok", "length ratio", "p vs the choice below",
+               "chosen"]  # fmt: skip
+    table = []
     for row in swept:
         fig = row["length_penalty"]
         for i, alpha in enumerate(fig["alphas"]):
             values = [row["name"], fig["beam_size"], alpha, fig["bleu"][i], fig["bleu_lc_tok"][i],
                       fig["length_ratio"][i], fig["p_vs_choice"][i], "yes" if alpha == fig["chosen"] else ""]  # fmt: skip
-            lines.append("| " + " | ".join("–" if v is None else str(v) for v in values) + " |")
-    return "\n".join(lines) + "\n"
+            table.append(dict(zip(columns, values, strict=True)))
+    intro = (
+        "Written by `python -m pipeline.ops.length_penalty NAME`: the candidate's model decoded with each "
+        "GNMT α; from the smallest, a larger α replaces the choice so far only when its val BLEU is "
+        "higher with p below `promotion.p_threshold` (paired bootstrap against that choice)."
+    )
+    return f"\n## Length penalty on val (decode only)\n\n{intro}\n\n{markdown_table(table, columns)}\n"
 
 
 def render(rows: list[dict], out: Path = TABLE, figure: Path = CURVE_FIGURE) -> None:
