@@ -86,6 +86,7 @@ def parse_sizes(text: str) -> list[int]:
 def size_batches(
     pairs: list[Pair],
     optim: OptimConfig,
+    *,
     sizes: Sequence[int],
     n: int,
     ids: tuple[int, int, int],
@@ -128,6 +129,7 @@ def lanes_of(sizes: Sequence[int], precisions: Sequence[bool], compile: bool) ->
 def run(
     pairs: list[Pair],
     cfg: ModelConfig,
+    *,
     vocab: int,
     ids: tuple[int, int, int],
     optim: OptimConfig,
@@ -139,7 +141,7 @@ def run(
 ) -> dict:
     """Race one model per lane; returns the figures for bench.json."""
     sizes = sorted({lane.size for lane in lanes})
-    by_size = size_batches(pairs, optim, sizes, warmup + steps, ids, device)
+    by_size = size_batches(pairs, optim, sizes=sizes, n=warmup + steps, ids=ids, device=device)
     torch.manual_seed(optim.seed)
     first = Transformer(cfg, vocab, ids[0]).to(device)
     runners = []
@@ -219,7 +221,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
     peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
-    figures = run(pairs, cfg, tok.vocab_size, ids, optim, lanes, device, args.steps, args.warmup, peak_size)
+    figures = run(
+        pairs,
+        cfg,
+        vocab=tok.vocab_size,
+        ids=ids,
+        optim=optim,
+        lanes=lanes,
+        device=device,
+        steps=args.steps,
+        warmup=args.warmup,
+        peak_size=peak_size,
+    )
     print("\n".join(table(figures["batch_tokens_detail"])))
     print(f"per_token_speedup (max_tokens {sizes[-1]} vs {sizes[0]}): {figures['per_token_speedup']}")
     if args.label:  # kept beside the unlabelled run's figures

@@ -102,8 +102,8 @@ def methods(
     greedy_cfg, beam_cfg = cfg.model_copy(update={"beam_size": 1}), cfg.model_copy(update={"beam_size": 5})
     fns = {
         "naive_greedy": lambda texts: naive_translate(model, tok, texts, cfg),
-        "greedy_cached": lambda texts: translate(model, tok, texts, greedy_cfg, device),
-        "beam5": lambda texts: translate(model, tok, texts, beam_cfg, device),
+        "greedy_cached": lambda texts: translate(model, tok, texts, greedy_cfg, device=device),
+        "beam5": lambda texts: translate(model, tok, texts, beam_cfg, device=device),
     }
     if ct2_dir is not None:
         path = export_ctranslate2(model.cpu(), tok, ct2_dir)
@@ -145,7 +145,14 @@ def detail_rows(seconds: dict, outputs: dict, n: int, note: str) -> list[dict]:
 
 
 def run(
-    model: Transformer, note: str, tok: Tokenizer, sentences: list[str], cfg: DecodeConfig, device, ct2: bool
+    model: Transformer,
+    note: str,
+    *,
+    tok: Tokenizer,
+    sentences: list[str],
+    cfg: DecodeConfig,
+    device,
+    ct2: bool,
 ) -> dict:
     """Time the methods on `sentences`; returns the figures for bench.json."""
     ids = tok.encode_batch(sentences)
@@ -186,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     model, note = decode_model(args.checkpoint, cfg, tok)
     print(f"decode_speed: {note}")
     sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
-    figures = run(model, note, tok, sentences, params.decode, device, ct2=not args.no_ct2)
+    figures = run(
+        model, note, tok=tok, sentences=sentences, cfg=params.decode, device=device, ct2=not args.no_ct2
+    )
     print("\n".join(table(figures["decode_detail"])))
     record(args.out_dir, "decode_speed", command_line("bench.decode_speed", argv), figures, device)
     return figures

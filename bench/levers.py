@@ -66,7 +66,7 @@ LANES = (
 )
 
 
-def race_config(name, cfg, optim, pairs, ids, vocab, device, bf16, steps, warmup, peak) -> list[dict]:
+def race_config(name, cfg, optim, *, pairs, ids, vocab, device, bf16, steps, warmup, peak) -> list[dict]:
     """Race `LANES` on one config's batches; returns one row per lane."""
     batches = [make_batch(b, ids, device) for b in real_batches(pairs, optim, warmup + steps)]
     if len(batches) < warmup + steps:
@@ -123,8 +123,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
         fields, max_tokens = shapes[name]
         cfg = model_config(params.train.model, **{**fields, **override})
         optim = with_updates(base, {"max_tokens": max_tokens})
-        rows += race_config(name, cfg, optim, pairs, ids, tok.vocab_size, device, bf16, args.steps,
-                            args.warmup, peak)  # fmt: skip
+        rows += race_config(
+            name,
+            cfg,
+            optim,
+            pairs=pairs,
+            ids=ids,
+            vocab=tok.vocab_size,
+            device=device,
+            bf16=bf16,
+            steps=args.steps,
+            warmup=args.warmup,
+            peak=peak,
+        )
     print("\n".join(table(rows)))
     figures = {"levers_detail": rows, "levers_peak_gflops": sig(peak)}
     record(args.out_dir, "levers", command_line("bench.levers", argv), figures, device)

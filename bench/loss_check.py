@@ -32,7 +32,9 @@ from pipeline.training import loop
 LEVERS = ("fused_loss",)  # RunContext fields a run can switch
 
 
-def train_once(model, pairs, validate, optim, device, bf16, lever: str, on: bool) -> tuple[list[float], dict]:
+def train_once(
+    model, pairs, validate, *, optim, device, bf16, lever: str, on: bool
+) -> tuple[list[float], dict]:
     """Train a copy of `model` with `lever` on or off; returns (loss per step, the validation)."""
     losses = []
     step = loop.train_step
@@ -89,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     curves, ends = {}, {}
     for on in (False, True):
         model = loop.new_model(cfg, tok.vocab_size, tok.pad_id, optim.seed)
-        curves[on], ends[on] = train_once(model, pairs, validate, optim, device, bf16, args.lever, on)
+        curves[on], ends[on] = train_once(
+            model, pairs, validate, optim=optim, device=device, bf16=bf16, lever=args.lever, on=on
+        )
     row = {
         "config": args.config,
         "lever": args.lever,

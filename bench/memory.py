@@ -76,6 +76,7 @@ def floor_child() -> float:
 
 def train_child(
     cfg: ModelConfig,
+    *,
     vocab: int,
     ids: tuple[int, int, int],
     optim: OptimConfig,
@@ -98,6 +99,7 @@ def train_child(
 def decode_child(
     checkpoint: str,
     cfg: ModelConfig,
+    *,
     spm: str,
     sentences: list[str],
     decode: DecodeConfig,
@@ -109,7 +111,7 @@ def decode_child(
     torch.set_flush_denormal(True)
     tok = Tokenizer.load(spm)
     model, _ = decode_model(checkpoint, cfg, tok)
-    translate(model, tok, sentences, decode.model_copy(update={"beam_size": 5}), device)
+    translate(model, tok, sentences, decode.model_copy(update={"beam_size": 5}), device=device)
     return peak_rss_mb()
 
 
@@ -162,11 +164,30 @@ def main(argv: Sequence[str] | None = None) -> dict:
     jobs = {
         "floor": (floor_child, "imports only"),
         "train": (
-            partial(train_child, cfg, tok.vocab_size, ids, optim, batches, str(device), bf16, threads),
+            partial(
+                train_child,
+                cfg,
+                vocab=tok.vocab_size,
+                ids=ids,
+                optim=optim,
+                batches=batches,
+                device=str(device),
+                bf16=bf16,
+                threads=threads,
+            ),
             f"{len(batches)} training steps, D{cfg.d_model} L{cfg.n_layers}, {'bf16' if bf16 else 'fp32'}",
         ),
         "decode": (
-            partial(decode_child, args.checkpoint, cfg, spm, sentences, params.decode, str(device), threads),
+            partial(
+                decode_child,
+                args.checkpoint,
+                cfg,
+                spm=spm,
+                sentences=sentences,
+                decode=params.decode,
+                device=str(device),
+                threads=threads,
+            ),
             f"beam 5, {len(sentences)} sentences, {model_note} model",
         ),
     }

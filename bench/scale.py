@@ -147,7 +147,7 @@ def measure(repo: Path, work: Path, command: list[str]) -> dict:
     }
 
 
-def run_size(n: int, seed: int, repo: Path, base: dict, work: Path, inputs: tuple) -> list[dict]:
+def run_size(n: int, *, seed: int, repo: Path, base: dict, work: Path, inputs: tuple) -> list[dict]:
     data_dir, spm_dir, en, de, model = inputs
     work.mkdir(parents=True, exist_ok=True)
     write_synthetic(work / "incoming" / "synthetic.tsv", en, de, n, seed)
@@ -197,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         rows = [
             row
             for n in map(int, args.sizes.split(","))
-            for row in run_size(n, args.seed, repo, base, Path(tmp) / str(n), inputs)
+            for row in run_size(
+                n, seed=args.seed, repo=repo, base=base, work=Path(tmp) / str(n), inputs=inputs
+            )
         ]
     prefix = f"scale_{args.label}_" if args.label else "scale_"
     figures = {f"{prefix}detail": rows, f"{prefix}ratio_detail": ratios(rows)}

@@ -200,6 +200,7 @@ def logit_gaps(
 
 def make_runners(
     cfg: ModelConfig,
+    *,
     vocab: int,
     pad_id: int,
     optim: OptimConfig,
@@ -284,6 +285,7 @@ def summarize(
 def bench_config(
     name: str,
     cfg: ModelConfig,
+    *,
     vocab: int,
     pad_id: int,
     batches: list[Batch],
@@ -295,7 +297,16 @@ def bench_config(
     """Race the models on `batches`; returns the detail rows (a compiled runner's row carries
     `compile_s`)."""
     probe = (batches[0].src[:4].cpu(), batches[0].tgt_in[:4].cpu())
-    runners = make_runners(cfg, vocab, pad_id, optim, bf16, probe, batches[0].src.device, levers)
+    runners = make_runners(
+        cfg,
+        vocab=vocab,
+        pad_id=pad_id,
+        optim=optim,
+        bf16=bf16,
+        probe=probe,
+        device=batches[0].src.device,
+        levers=levers,
+    )
     race(runners, batches, warmup, optim)
     timed_batches = batches[warmup:]
     flops = [train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches]
@@ -349,6 +360,7 @@ def matmul_peaks(device: torch.device, bf16: bool, size: int) -> dict[str, float
 def run(
     pairs: list[Pair],
     configs: dict[str, ModelConfig],
+    *,
     vocab: int,
     ids: tuple[int, int, int],
     optim: OptimConfig,
@@ -369,7 +381,17 @@ def run(
     detail = []
     for n, c in configs.items():
         config_levers = Levers(levers.other_precision, levers.compile and n == last)
-        detail += bench_config(n, c, vocab, ids[0], batches, warmup, optim, bf16, config_levers)
+        detail += bench_config(
+            n,
+            c,
+            vocab=vocab,
+            pad_id=ids[0],
+            batches=batches,
+            warmup=warmup,
+            optim=optim,
+            bf16=bf16,
+            levers=config_levers,
+        )
     rows = [r for r in detail if r["config"].startswith(f"{last} ")]
     return {**headline(rows, peaks, bf16), "train_detail": detail}
 
@@ -401,7 +423,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     other = {"on": True, "off": False}.get(args.other_precision, use_bf16(device, "auto"))
     levers = Levers(other_precision=other, compile=args.compile)
     figures = run(
-        pairs, configs, tok.vocab_size, ids, optim, device, bf16, args.steps, args.warmup, peak_size, levers
+        pairs,
+        configs,
+        vocab=tok.vocab_size,
+        ids=ids,
+        optim=optim,
+        device=device,
+        bf16=bf16,
+        steps=args.steps,
+        warmup=args.warmup,
+        peak_size=peak_size,
+        levers=levers,
     )
     print("\n".join(table(figures["train_detail"])))
     print("\n".join(table([{k: v for k, v in figures.items() if k != "train_detail"}])))

@@ -96,7 +96,7 @@ def robustness_figures(engine: Engine, split, hyps: list[str], params: Params) -
     normal source's translations `hyps`), written for the report."""
     cfg, max_len, tgt = params.decode, params.train.max_len, params.download.tgt_lang
     table = robustness.pass_rate(engine, robustness.read_table(Path(cfg.robustness_tsv)), cfg, max_len)
-    upper = robustness.uppercase_bleu(engine, split["en"], split[tgt], hyps, cfg, max_len)
+    upper = robustness.uppercase_bleu(engine, split["en"], split[tgt], hyps, cfg, max_pieces=max_len)
     robustness.write_figures(Path(cfg.robustness_json), Path(cfg.robustness_failures_json), table, upper)
     print(f"decode: robustness {table.passed}/{table.total}; upper-cased source BLEU {upper[1]:.2f}")
 

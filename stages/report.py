@@ -35,7 +35,10 @@ def main() -> None:
     buckets = bleu_by_length(inputs.bucket_en, inputs.bucket_hyps, inputs.bucket_refs)
     chart = figures.plot_buckets(buckets, inputs.bucket_split, fig_dir / "bleu_by_length.png")
     attention = figures.plot_attention_maps(engine, inputs.time_machine_en, inputs.time_machine_ours, fig_dir)
-    write_text(page_md, page.render(inputs, params, page_md, buckets, chart, attention))
+    write_text(
+        page_md,
+        page.render(inputs, params, page_md, buckets=buckets, bucket_chart=chart, attention=attention),
+    )
     for message in skipped_splits(params.download.tgt_lang):
         print(f"report: {message}")
     print(f"report: {1 + len(attention)} figures in {fig_dir}, page {page_md}")

@@ -209,10 +209,14 @@ def test_beam_search_output_does_not_depend_on_the_batch(trained, exact_fp32):
     bits between batch shapes (other kernels, other source padding), which could flip only a choice
     between scores closer than that, which a trained model's beams do not come near."""
     src = sources(64, seed=11).cuda()
-    together = beam_search(trained, src, BOS, EOS, 5, 0.6, 1.5, 4)
+    together = beam_search(
+        trained, src, BOS, EOS, beam_size=5, length_penalty=0.6, max_len_a=1.5, max_len_b=4
+    )
     for i in range(src.size(0)):
         alone = src[i : i + 1, : int((src[i] != PAD).sum())]
-        assert beam_search(trained, alone, BOS, EOS, 5, 0.6, 1.5, 4) == [together[i]], f"sentence {i}"
+        assert beam_search(
+            trained, alone, BOS, EOS, beam_size=5, length_penalty=0.6, max_len_a=1.5, max_len_b=4
+        ) == [together[i]], f"sentence {i}"
     assert len({tuple(t) for t in together}) > 32, "degenerate outputs prove nothing"
 
 

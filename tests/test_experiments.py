@@ -45,15 +45,15 @@ def test_entry_keeps_recipe_params_metrics_and_facts():
         "final_model": {"source": "ema", "candidates": {"ema": 38.1}},
         "cpu": "x",
     }
-    row = ex.entry("drop-0.3", "e1", "b0", exp_data(0.3, 40.0), facts, SUMMARY, VAL)
+    row = ex.entry("drop-0.3", "e1", "b0", exp_data(0.3, 40.0), facts, summary_json=SUMMARY, val_json=VAL)
     assert row["params"] == {"train.model.dropout": 0.3, "train.optim.max_steps": 3200}  # no caps, no mlflow
     assert (row["steps"], row["val_bleu"], row["val_bleu_lc_tok"]) == (3200, 40.0, 40.3)
     assert (row["stopped_by"], row["final_model"]) == ("max_steps", "ema")
 
 
 def test_table_shows_what_changed_against_the_baseline_and_p():
-    base = ex.entry("base", "b", "b", exp_data(0.1, 39.0), {}, SUMMARY, VAL)
-    cand = ex.entry("drop-0.3", "e", "b", exp_data(0.3, 40.0), {}, SUMMARY, VAL) | {
+    base = ex.entry("base", "b", "b", exp_data(0.1, 39.0), {}, summary_json=SUMMARY, val_json=VAL)
+    cand = ex.entry("drop-0.3", "e", "b", exp_data(0.3, 40.0), {}, summary_json=SUMMARY, val_json=VAL) | {
         "baseline": "base",
         "p_vs_baseline": 0.012,
     }

@@ -86,7 +86,9 @@ ONE_SRC = torch.tensor([[A, EOS]])
 
 
 def search(model, src, beam_size: int, alpha: float, a: float = 0.0, b: int = 10) -> list[list[int]]:
-    return beam_search(model, src, BOS, EOS, beam_size, alpha, max_len_a=a, max_len_b=b)
+    return beam_search(
+        model, src, BOS, EOS, beam_size=beam_size, length_penalty=alpha, max_len_a=a, max_len_b=b
+    )
 
 
 def penalised(model: TableModel, tokens: list[int], alpha: float) -> float:
@@ -165,7 +167,7 @@ def test_pad_and_bos_are_never_generated() -> None:
     for k in (1, 2, 3):
         assert search(likes_specials, ONE_SRC, beam_size=k, alpha=0.6) == [[A]]
         cfg = DecodeConfig(beam_size=k, length_penalty=0.6, max_len_a=0.0, max_len_b=10)
-        for hyp in beam_search_n_best(likes_specials, ONE_SRC, BOS, EOS, cfg, k)[0]:
+        for hyp in beam_search_n_best(likes_specials, ONE_SRC, BOS, EOS, cfg, n_best=k)[0]:
             assert PAD not in hyp.tokens and BOS not in hyp.tokens and math.isfinite(hyp.score)
 
 
@@ -330,7 +332,9 @@ def test_translate_restores_order_and_skips_blank_lines(random_transformer) -> N
     for text, out in zip(SENTENCES, outs, strict=True):
         if text.strip():
             src = torch.tensor([tok.encode(text) + [EOS]])
-            (ids,) = beam_search(random_transformer, src, BOS, EOS, 3, 0.6, 1.0, 5)
+            (ids,) = beam_search(
+                random_transformer, src, BOS, EOS, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5
+            )
             assert out == tok.decode(ids)
     for size in (1, 7, 64):
         assert (

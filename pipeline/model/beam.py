@@ -146,7 +146,7 @@ def expand(beam: Beam, logp: Tensor) -> Extensions:
 
 
 def record_finished(
-    beam: Beam, ext: Extensions, ends: Tensor, alpha: float, n_best: int, finished: list[list[Hypothesis]]
+    beam: Beam, ext: Extensions, ends: Tensor, alpha: float, *, n_best: int, finished: list[list[Hypothesis]]
 ) -> None:
     """Move the taken extensions that end in eos (`ends` `[N, K]`) to their sentence's finished
     list; update the sentences' n-th best finished score."""
@@ -197,7 +197,7 @@ def n_best_hypotheses(hyps: list[Hypothesis], n: int) -> list[Hypothesis]:
 
 @torch.inference_mode()
 def beam_search_n_best(
-    model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig, n_best: int
+    model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig, *, n_best: int
 ) -> list[list[Hypothesis]]:
     """Batched beam search with the KV cache (rows flattened to `[N*K]`): src `[B, S]` -> for
     each sentence its `n_best` (<= `cfg.beam_size`) best finished hypotheses, best first, with
@@ -225,7 +225,7 @@ def beam_search_n_best(
         ext = expand(beam, force_eos_at_limit(beam, logp, eos_id))
         taken = torch.arange(k, device=src.device)[None, :] < beam.n_alive[:, None]
         ends = taken & (ext.tokens == eos_id)
-        record_finished(beam, ext, ends, alpha, n_best, finished)
+        record_finished(beam, ext, ends, alpha, n_best=n_best, finished=finished)
         advance(beam, cache, ext, taken & ~ends)
         last = drop_done(beam, cache, ext.tokens.view(-1), alpha)
     return [n_best_hypotheses(hyps, n_best) for hyps in finished]
@@ -236,6 +236,7 @@ def beam_search(
     src: Tensor,
     bos_id: int,
     eos_id: int,
+    *,
     beam_size: int,
     length_penalty: float,
     max_len_a: float,
@@ -248,11 +249,11 @@ def beam_search(
     cfg = DecodeConfig(
         beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b
     )
-    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, 1)]
+    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, n_best=1)]
 
 
 def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig) -> list[list[int]]:
     """Greedy when `cfg.beam_size == 1` (identical to a beam of 1, and cheaper), else beam search."""
     if cfg.beam_size == 1:
         return greedy(model, src, bos_id, eos_id, cfg.max_len_a, cfg.max_len_b)
-    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, 1)]
+    return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, n_best=1)]

@@ -190,7 +190,7 @@ def run_device(args: argparse.Namespace) -> torch.device:
 
 
 def outputs(
-    engine: Engine, batch: list[str], first_line: int, cfg: DecodeConfig, n_best: int | None, max_len: int
+    engine: Engine, batch: list[str], first_line: int, cfg: DecodeConfig, *, n_best: int | None, max_len: int
 ) -> Iterable[str]:
     """The output of each line of `batch` (input line numbers from `first_line`): its translation,
     or with `n_best` K lines `<line>\t<rank>\t<score>\t<translation>` (rank from 1, best first;
@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     first: tuple[str, str] | None = None
     number = 1
     for batch in input_batches(args.sentences):
-        translated = outputs(engine, batch, number, cfg, args.n_best, max_len)
+        translated = outputs(engine, batch, number, cfg, n_best=args.n_best, max_len=max_len)
         number += len(batch)
         for line, output in zip(batch, translated, strict=True):
             if args.attention is not None and first is None and drawable(engine, line, max_len):

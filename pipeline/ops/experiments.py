@@ -106,7 +106,9 @@ def recipe(params: dict) -> dict:
     return {k: v for k, v in sorted(params.items()) if k.startswith(RECIPE_PREFIXES) and k not in BOOKKEEPING}
 
 
-def entry(name: str, rev: str, base: str, data: dict, facts: dict, summary_json: str, val_json: str) -> dict:
+def entry(
+    name: str, rev: str, base: str, data: dict, facts: dict, *, summary_json: str, val_json: str
+) -> dict:
     """The record line of one finished experiment (`summary_json`: its `train.metrics_json`;
     `val_json`: its val scores, `<score.scores_dir>/val.json`)."""
     params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
@@ -167,7 +169,7 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
     if hyps is None:
         raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
     val_json = str(scores_path(Path(params.score.scores_dir), "val"))
-    row = entry(name, rev, base, data, facts, params.train.metrics_json, val_json) | {
+    row = entry(name, rev, base, data, facts, summary_json=params.train.metrics_json, val_json=val_json) | {
         "val_curve": val_curve(git_file(rev, params.train.log_csv)),
         "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
         "recorded_on": platform.node(),

@@ -131,6 +131,7 @@ def uppercase_bleu(
     refs: list[str],
     hyps: list[str],
     cfg: DecodeConfig,
+    *,
     max_pieces: int = MAX_SRC_PIECES,
 ) -> tuple[float, float]:
     """Cased BLEU against upper-cased references of (the normal source's translations `hyps`

@@ -245,6 +245,7 @@ def log_translator(
     spm_model: Path,
     decode_cfg: dict,
     model_name: str,
+    *,
     ct2_dir: Path | None = None,
 ) -> str:
     """Log the translator pyfunc to run `run_id`, register it as a new version of `model_name`

@@ -24,6 +24,7 @@ def decode_sentences(
     sentences: list[str],
     cfg: DecodeConfig,
     decode: Callable[[Tensor], list],
+    *,
     progress: bool = False,
 ) -> list:
     """Run `decode` (src `[B, S]` -> one result per row) over raw sentences, `cfg.batch_size` at a
@@ -45,6 +46,7 @@ def translate(
     tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
+    *,
     device: str | torch.device = "cpu",
     progress: bool = False,
 ) -> list[str]:
@@ -64,7 +66,7 @@ def translate(
             sentences,
             cfg,
             lambda src: decode_batch(model, src.to(device), bos, eos, cfg),
-            progress,
+            progress=progress,
         )
     return ["" if h is None else tokenizer.decode(h) for h in hyps]
 
@@ -74,6 +76,7 @@ def translate_n_best(
     tokenizer: Tokenizer,
     sentences: list[str],
     cfg: DecodeConfig,
+    *,
     n_best: int,
     device: str | torch.device = "cpu",
 ) -> list[list[tuple[str, float]]]:
@@ -89,7 +92,7 @@ def translate_n_best(
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
 
     def decode(src: Tensor) -> list[list[Hypothesis]]:
-        return beam_search_n_best(model, src.to(device), bos, eos, cfg, n_best)
+        return beam_search_n_best(model, src.to(device), bos, eos, cfg, n_best=n_best)
 
     results = decode_sentences(model, tokenizer, sentences, cfg, decode)
     return [[] if r is None else [(tokenizer.decode(h.tokens), h.score) for h in r] for r in results]
@@ -107,7 +110,7 @@ class TorchEngine:
         self.model.eval().to(self.device)
 
     def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
-        return translate(self.model, self.tokenizer, texts, cfg, self.device, progress)
+        return translate(self.model, self.tokenizer, texts, cfg, device=self.device, progress=progress)
 
     def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
-        return translate_n_best(self.model, self.tokenizer, texts, cfg, n, self.device)
+        return translate_n_best(self.model, self.tokenizer, texts, cfg, n_best=n, device=self.device)

@@ -151,6 +151,7 @@ def render(
     inputs: ReportInputs,
     params: Params,
     page_md: Path,
+    *,
     buckets: list[Bucket],
     bucket_chart: Path,
     attention: list[tuple[str, Path]],
