@@ -1,33 +1,7 @@
 """Training cost per target token at two batch sizes: ours at `max_tokens` A vs B, side by side,
 optionally also in both precisions and under `torch.compile`.
 
-Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
-
-    python -m bench.batch_tokens [--max-tokens 2500,5000] [--steps 12] [--warmup 2]
-        [--config default|wu_tiny|tiny] [--precisions fp32,bf16] [--compile] [--label NAME]
-
-Why: a step over more tokens runs larger matmuls, which may use more of the matrix peak (a bf16
-CPU most of all), so the same training tokens may cost fewer seconds in fewer, larger steps.
-Whether those steps buy the same BLEU is the recipe study's question; this measures the cost.
-
-A lane is one (size, precision, eager or compiled) and gets its own copy of our model (`train.model`,
-or a named shape with `--config`; the same initial weights); the lanes of one size share its
-batches: the first `warmup + steps` batches of the trainer's epoch-0 order cut at that
-`max_tokens`. Step i of every lane runs before step i + 1 of any, the order of the lanes
-rotating each step, so machine noise hits all alike. A step is the trainer's own
-`pipeline.training.loop.train_step`, in the trainer's precision unless `--precisions` lists
-others. A compiled lane is `torch.compile(dynamic=True)`; its compilation falls in the untimed
-warm-up steps.
-
-Per size: tok/s = target tokens / seconds over the timed steps; achieved GFLOP/s likewise with
-`pipeline.model.flops`'s count; mfu = achieved / the matmul peak in the step's dtype, measured in the same
-run. `per_token_speedup` = median over steps i of (tok/s of the last size at step i) / (tok/s of
-the first size at step i), both in the first precision, eager: above 1, the larger steps cost
-less per target token. A row's `vs_first_lane` is the median over steps of its tok/s / that of
-its size's first lane (first precision, eager) on the same batch.
-
-Writes to `<out-dir>/bench.json`: per_token_speedup, batch_tokens_detail (one row per lane); with
-`--label L`, per_token_speedup_L and batch_tokens_L_detail, beside the unlabelled run's.
+How it measures and what it writes: docs/benchmarks.md, `bench.batch_tokens`.
 """
 
 from __future__ import annotations

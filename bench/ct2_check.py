@@ -1,11 +1,6 @@
 """CTranslate2 export check on the trained model: same translations and BLEU as our beam search?
 
-    python -m bench.ct2_check [--split test_2016_flickr] [--out models/ct2]
-
-Exports the trained model (`train.model_file`; `pipeline.serving.ct2`), translates the split's English with our
-beam search and with CTranslate2 in fp32 and int8 (same beam size, length penalty and length
-limit, from params.yaml `decode`), and prints for each engine: sentences/s, cased sacreBLEU, and
-the share of lines identical to ours. Merges the figures into `reports/bench.json` under `ct2`.
+How it measures and what it writes: docs/benchmarks.md, `bench.ct2_check`.
 """
 
 from __future__ import annotations

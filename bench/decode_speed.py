@@ -1,35 +1,6 @@
 """Decoding speed: naive greedy vs our batched greedy and beam search with the KV cache.
 
-Usage (repository root):
-
-    python -m bench.decode_speed [--sentences 1000] [--checkpoint CKPT]
-
-Input: the first `--sentences` English sentences of test_2016_flickr (all 1000 by default),
-translated by the trained model at `--checkpoint`, or, when it does not exist, by a seeded
-random model of params `train.model` (the output says which; speed is then still meaningful,
-the translations are not; `--model-override` shapes only that random model). Decoding runs where the decode stage runs (CUDA if available, else
-CPU), in fp32 as the decode stage does (denormals flushed, as in training), with
-`decode.max_len_a/b` as the length limit.
-
-Methods, all text in -> text out (SentencePiece encode/decode included):
-  naive_greedy   one sentence at a time, no cache: each step re-runs our model's full `decode`
-                 over the whole prefix and takes the argmax of the last position (the tutorial's way)
-  greedy_cached  `pipeline.model.greedy.greedy` via `translate` (beam 1), `decode.batch_size` sentences
-                 per batch, the KV cache
-  beam5          `translate` with beam size 5 (length penalty `decode.length_penalty`), batched,
-                 the KV cache
-  ct2_fp32_beam5 the same model exported to CTranslate2 (`pipeline.serving.ct2`), beam 5, the same
-  ct2_int8_beam5 length penalty value, batches and length limits, fp32 / int8 compute type,
-                 as many threads as torch uses (`--no-ct2` leaves them out)
-Sentences are sorted longest first and cut into batches of `decode.batch_size` (as `translate`
-does); the three methods take turns on each batch, the order rotating, after one untimed
-warm-up batch of two sentences. sentences/s = sentences / summed seconds.
-
-Writes to `<out-dir>/bench.json`: naive_greedy_sent_s, greedy_cached_sent_s, beam5_sent_s,
-greedy_cached_vs_naive, beam5_cached_vs_naive, with CTranslate2 also ct2_fp32_beam5_sent_s,
-ct2_int8_beam5_sent_s, beam5_vs_ct2_fp32 and beam5_vs_ct2_int8 (ours / theirs), and
-decode_detail (a row per method, with which model was used and the share of outputs identical
-to the reference: naive greedy for greedy_cached, our beam5 for the CTranslate2 rows).
+How it measures and what it writes: docs/benchmarks.md, `bench.decode_speed`.
 """
 
 from __future__ import annotations

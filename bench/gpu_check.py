@@ -1,23 +1,6 @@
 """The GPU check: CUDA tests, then the DAG's stages with a cut budget, into gpu.json.
 
-Run through `bench/gpu_check.sh` (which installs the carried wheels first). In order:
-
-1. `pytest -m cuda tests/test_cuda.py` (fused attention, bf16 training, checkpoints, beam search, DDP);
-2. a scratch copy of the repo (`--workdir`) with a params.yaml that keeps every default except
-   the budgets (`train.optim.max_minutes` = `--train-minutes`, `warmup_train.optim.max_minutes` =
-   `--warmup-minutes`) and MLflow, which is off; `--cpu-dry-run` also merges
-   tests/smoke_params.yaml (~500 pairs, tiny models) to prove the plumbing on a CPU;
-3. every stage of dvc.yaml but `report`, in DAG order, by its own `cmd` (as `pipeline.ops.dag`
-   reads them: DVC is not carried), with `MULTI30K_MIRROR` at the carried copy (`.m30k/`); a failed
-   stage stops the later ones, except `warmup_train`, whose gate is recorded but does not feed
-   training;
-4. the bf16 matmul peak of this machine (`bench.flops`), and the training's MFU: target tokens/s
-   (median over the training log's validation windows, which exclude validation time) × matmul
-   FLOPs per target token of the training data (`pipeline.model.flops.train_step_flops`) / peak.
-
-The report (`--out`, default reports/gpu.json) is rewritten after every step, so a run cut short
-still leaves what it reached; it and the stages' metrics and logs are also copied to `$OUT` when
-that is set (the device tool brings back what is under it).
+How it measures and what it writes: docs/benchmarks.md, `bench.gpu_check`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """A check on the trained model: files at batch speed, and what the input processing costs.
 
-    python -m bench.input_check [--split test_2016_flickr]
-
-Translates the split's English three ways in one run: (1) the decode stage's path
-(`pipeline.serving.translator.translate_lines`: sentence splitting, protected spans, casing, one batched
-beam search), (2) the bare batched beam search (`pipeline.serving.torch_engine.translate`, no processing), and
-(3) `mt-translate` reading the file from stdin in a subprocess started from another directory
-(start-up and model loading included). Prints sentences/s of each, the ratio mt-translate / decode
-stage, cased sacreBLEU of (1) and (2), and whether (3)'s lines equal (1)'s. Merges the figures
-into `reports/bench.json` under `input`.
+How it measures and what it writes: docs/benchmarks.md, `bench.input_check`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """The trainer's speed levers raced on and off, side by side in one run, on real batches.
 
-Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
-
-    python -m bench.levers [--configs paper,default] [--steps 12] [--warmup 2]
-
-Lanes per config, each its own copy of one initial model, all on the same batches (the trainer's
-epoch-0 order), step i of every lane before step i + 1 of any, the order rotating each step:
-  before      every lever off: the loss from fp32 logits, `foreach` Adam
-  fused_loss  the loss fused with the vocabulary projection (`pipeline.model.linear_loss`)
-  fused_adam  torch's fused Adam
-  after       every lever on (the trainer keeps `foreach` Adam: the fused one loses on CPU)
-'paper' is Wu et al.'s shape with the paper recipe's dropout and 3,750-token batches
-(docs/results.md); 'default' is `train.model` at `train.optim.max_tokens`. `vs_before` = median over
-steps of (before's seconds / the lane's) on the same batch; mfu = matmul FLOPs / s over the matmul
-peak in the step's dtype, measured in the same run. Writes `levers_detail` to `<out-dir>/bench.json`.
+How it measures and what it writes: docs/benchmarks.md, `bench.levers`.
 """
 
 from __future__ import annotations

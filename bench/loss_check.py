@@ -1,15 +1,6 @@
 """Does a speed lever train the same model? The real trainer twice from one seed, lever off and on.
 
-Usage (repository root, after the pipeline's `download`, `tokenizer` and `prepare` stages):
-
-    python -m bench.loss_check [--config paper|default] [--steps 200] [--lever fused_loss]
-
-Both runs take `pipeline.training.loop.train` from the same initial weights, seed and batch order
-(dropout masks included), `--steps` optimizer steps, then one validation (val loss, greedy val
-BLEU on the whole val set). Per step the training loss of each is kept. Reported: the mean loss
-of the last 50 steps of each, the largest and mean |difference| per step, and for scale the
-mean |change| from one step to the next of the lever-off run (the loss's own step noise).
-Writes `loss_check_<config>_<lever>` to `<out-dir>/bench.json`.
+How it measures and what it writes: docs/benchmarks.md, `bench.loss_check`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
 """Peak memory (RSS) of training and of beam-5 decoding, each in a fresh child process.
 
-Usage (repository root):
-
-    python -m bench.memory [--steps 20] [--sentences 1000] [--checkpoint CKPT]
-
-Each part runs in its own spawned child process (a fresh interpreter: nothing the parent or
-the other part allocated is counted), which reports its own peak resident set size when done.
-On Linux that is `VmHWM` from /proc/self/status, not `getrusage(...).ru_maxrss`: Linux carries
-the parent's RSS at fork into the child's ru_maxrss across the exec of a spawned interpreter
-(measured: a child of a parent holding 300 MB reported ru_maxrss 337 MB, VmHWM 30 MB), and
-RUSAGE_CHILDREN inherits the same; VmHWM belongs to the child's own address space. The parts:
-  train   our model at params `train.model` in the trainer's precision: `--steps` training steps
-          as `bench.train_speed` times them (Adam, clip, label smoothing) on the first real
-          batches of the trainer's epoch-0 order, plus the batch holding the longest pair (the
-          largest attention matrices)
-  decode  beam-5 `translate` (batches of `decode.batch_size`, longest first) of the first
-          `--sentences` test_2016_flickr sentences with the trained model at `--checkpoint`, or
-          a seeded random `train.model` one when it does not exist
-  floor   a child that only imports what the others import (torch, the pipeline): the part of
-          both figures that is not the work itself
-Host memory only: on CUDA, GPU memory is not in these figures.
-
-Writes to `<out-dir>/bench.json`: train_peak_rss_mb, decode_peak_rss_mb, memory_detail.
+How it measures and what it writes: docs/benchmarks.md, `bench.memory`.
 """
 
 from __future__ import annotations

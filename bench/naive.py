@@ -1,14 +1,6 @@
 """A speed baseline written the way the tutorial writes a Transformer (our own code).
 
-The tutorial's style, kept on purpose: separate Q, K, V and output `nn.Linear`s per attention; heads
-split by `view`/`transpose`; attention written out (`Q Kᵀ / √E`, `masked_fill(mask == 0, -inf)`,
-softmax, dropout on the weights, `@ V`); a `[B, 1, T, T]` target mask (padding & causal) built
-at every forward; positions from a precomputed `[max_len, D]` buffer. The architecture follows
-the same `ModelConfig` as `pipeline.model.transformer.Transformer` (tied embeddings × √D, post- or pre-norm),
-so one training step does the same math; `from_ours` copies our weights into it.
-
-Shapes: B batch, S source length, T target length, D d_model, H heads, E = D / H.
-Masks here are the tutorial's: 1/True = may attend.
+How it measures and what it writes: docs/benchmarks.md, `bench.naive`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The BLEU cost of the name rule on a split (val by default): the sentences it changes, decoded with
 and without it, side by side in one run.
 
-    python -m bench.name_rule [--checkpoint CKPT] [--spm SPM] [--hyps HYPS] [--split val]
-
-CKPT, SPM and HYPS default to the pipeline's (params.yaml: train.model_file, the tokenizer, the
-decode stage's translations of the split).
-
-The rule (`pipeline.serving.translator.unseen_name`) needs `source_words.txt` beside the
-SentencePiece model (the tokenizer stage writes it; `--train-en` builds it from a file of English
-training sentences instead). Only the sentences it touches are decoded; BLEU of the whole split
-puts them into `--hyps` (the decode stage's translations of the split), so both figures differ
-only where the rule acts. Merges the figures into `reports/bench.json` under `name_rule`.
+How it measures and what it writes: docs/benchmarks.md, `bench.name_rule`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """A speed baseline: our architecture built on `torch.nn.Transformer`.
 
-Same `ModelConfig` as `pipeline.model.transformer.Transformer`: batch-first, post-norm (or pre-norm with
-the final LayerNorms, as ours), the same d_model / heads / layers / d_ff / dropout (attention
-dropout set to `attn_dropout`), tied embeddings × √D plus the same sinusoidal positions, source
-padding as `src_key_padding_mask` / `memory_key_padding_mask` (True = pad, PyTorch's convention)
-and a boolean causal `tgt_mask` (True = masked). PyTorch's post-norm stacks would add a final
-LayerNorm ours does not have; it is left out, so the parameter count equals ours and
-`from_ours` can copy our weights in (the packed `in_proj` rows are q, k, v, as ours).
+How it measures and what it writes: docs/benchmarks.md, `bench.nn_transformer`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Where a training step's CPU time goes: `torch.profiler` over real steps of the trainer.
 
-Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
-
-    python -m bench.profile_step [--config default|wu_tiny|tiny] [--max-tokens N] [--steps 4]
-
-A step is the trainer's `pipeline.training.loop.train_step` on the epoch-0 batches of the trainer's
-order. Each op's self CPU time goes to the part of the model it comes from (see `GROUPS`); a
-backward op goes to the part whose forward op made it (the profiler's sequence numbers).
-Writes `profile_<config>[_<label>]_detail` (groups) and `..._ops_detail` (top ops) to `<out-dir>/bench.json`.
+How it measures and what it writes: docs/benchmarks.md, `bench.profile_step`.
 """
 
 from __future__ import annotations

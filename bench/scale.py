@@ -1,31 +1,7 @@
 """What the training data cost as they grow: synthetic incoming corpora of increasing size through
 the stages that read the whole training set, each stage in a fresh process.
 
-Usage (repository root, after `dvc repro tokenizer`):
-
-    python -m bench.scale [--sizes 30000,300000,3000000] [--seed 0] [--repo .] [--label NAME]
-                          [--model-override d_model=32,...]
-
-For each size N a seeded synthetic incoming file of N pairs is written (each pair two random
-Multi30k train pairs joined by a space, about 60 pieces), then these stages of the code at
-`--repo` run on it in a scratch folder, one after the other, each as `python -m stages.<name>`
-in its own interpreter:
-
-    incoming  validate, filter and merge the file with Multi30k train
-    prepare   tokenize the merged set once (only where the code under test has this stage)
-    train     up to its first step and a little more: `max_steps` 1, 8 validation sentences,
-              MLflow off (the model, batching and precision of `params.yaml`, the model with
-              `--model-override` over it)
-
-and the wall time, CPU time (user + system, all threads) and peak RSS (`VmHWM`, the process's
-own high-water mark) of each are recorded, with the RSS per million pairs and, between
-consecutive sizes, the ratio of CPU times. `--repo` lets the same command measure another
-checkout (e.g. `git worktree add /tmp/old <commit>`), so the table before and after a change comes
-from one machine. The corpus (`download.out_dir`) and the tokenizer (`tokenizer.out_dir`) come from
-`--params`; scratch files go to `--work` (default: a temporary folder, deleted after).
-
-Writes to `<out-dir>/bench.json`: `scale_detail` (one row per size and stage) and
-`scale_ratio_detail` (the ratios), prefixed `scale_<label>_` when `--label` is given.
+How it measures and what it writes: docs/benchmarks.md, `bench.scale`.
 """
 
 from __future__ import annotations

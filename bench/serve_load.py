@@ -1,15 +1,7 @@
 """Load test of the served model: a real `pipeline.serving.server` on 127.0.0.1, concurrent clients
 for a fixed time.
 
-    python -m bench.serve_load --model-uri "models:/multi30k-en-de-transformer@candidate" \
-        [--clients 8] [--seconds 45] [--batch 1] [--split val]
-    python -m bench.serve_load --port PORT ...    # a server already running on 127.0.0.1:PORT
-
-Each client posts the next sentences of the split (`--batch` per request) until the time is up,
-one request at a time. Prints and merges into `reports/bench.json` under `serve_load`: requests,
-errors (any answer but a 200 with one prediction per input, or no answer), sentences/s over the
-whole run, and the p50/p99 request latency in milliseconds. The tracking URI is the environment's
-(`MLFLOW_TRACKING_URI`), as for the server itself.
+How it measures and what it writes: docs/benchmarks.md, `bench.serve_load`.
 """
 
 from __future__ import annotations

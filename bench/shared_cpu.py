@@ -1,26 +1,6 @@
 """Training speed beside another busy process: all cores vs threads chosen for the load.
 
-Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
-
-    python -m bench.shared_cpu [--steps 6] [--rounds 3] [--warmup 2]
-
-Why: on a small machine the trainer shares its cores with whatever else the user runs. With one
-OpenMP thread per core, every parallel region waits for the thread whose core another process
-took, and a step runs many times slower than on the cores left. `pipeline.training.threads`
-re-chooses the thread count from the measured load; this benchmark measures both policies alone
-and beside one busy process (a pure-Python loop in its own session, as another program would be).
-
-One model (`train.model`, the trainer's precision) trains on the first batches of the trainer's
-epoch-0 order, taking the trainer's own `pipeline.training.loop.train_step`. Each round runs four
-segments: alone with every core, alone with threads for the load, beside the busy process with
-every core, beside it with threads for the load (the order rotating each round, so drifting
-machine noise hits all alike); each segment runs `warmup` untimed then `steps` timed steps, and the
-for-load segments re-sample the load every second. Per condition: tok/s = target tokens / seconds
-over its timed steps in all rounds. `busy_vs_alone_*` = that condition's tok/s beside the busy
-process / its tok/s alone.
-
-Writes to `<out-dir>/bench.json`: shared_cpu_busy_vs_alone_all_cores,
-shared_cpu_busy_vs_alone_for_load, shared_cpu_detail (one row per condition).
+How it measures and what it writes: docs/benchmarks.md, `bench.shared_cpu`.
 """
 
 from __future__ import annotations

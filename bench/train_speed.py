@@ -1,51 +1,6 @@
 """Training throughput and MFU: ours vs `torch.nn.Transformer` vs the tutorial's naive style.
 
-Usage (repository root, after the pipeline's `download` and `tokenizer` stages):
-
-    python -m bench.train_speed [--configs tiny,default] [--steps 20] [--warmup 3]
-
-Data: the Multi30k train pairs, encoded with the pipeline's SentencePiece model (pairs over
-`train.max_len` pieces dropped, as the train stage does), cut by `make_batches` with
-`train.optim.max_tokens` (seed `train.optim.seed`, epoch 0); the first `warmup + steps` batches
-are used, the same ones for every model.
-
-Models, per config ('tiny' = the tutorial's D=256, H=4, L=3, d_ff=512 with the rest of
-`train.model`; 'wu_tiny' = Wu et al.'s D=128, H=4, 4+4 layers, d_ff=256; 'default' =
-`train.model`), all starting from the same weights:
-  ours            `pipeline.model.transformer.Transformer`, in the trainer's precision
-  nn_transformer  `bench.nn_transformer` (built on `torch.nn.Transformer`), same precision
-  naive           `bench.naive` (the tutorial's style), same precision
-  ours_fp32/_bf16 ours in the other precision (for `bf16_vs_fp32`); by default only where bf16 is
-                 native (CUDA, or a CPU with AMX / AVX-512 bf16): elsewhere bf16 matmuls are
-                 emulated and a step takes minutes (`--other-precision on` forces it)
-  ours_all_positions  ours with logits and loss at every target position, pads included (the
-                 logits-only-at-non-pad-positions lever off; ours and ours_fp32 have it on)
-  ours_compiled  with `--compile`, for the headline config only: ours under
-                 `torch.compile(dynamic=True)` (inductor). Its first step includes the
-                 compilation; `compile_s` = that step minus its median step
-The trainer's precision is `pipeline.core.device.use_bf16(device, train.optim.precision)`.
-Before the race each model but the compiled one is checked to compute ours' function: its largest
-logit difference to ours at the real target positions of the first batch's first 4 sentences (fp32,
-CPU, eval mode) is its row's `logit_gap`; above `GAP_LIMIT` the benchmark stops with an error.
-
-A step is the trainer's: forward under that autocast, label-smoothed loss, backward, gradient
-clipping, Adam step (the batch is collated onto the device first, untimed). The models take turns
-one batch at a time, the order rotating each batch, so machine noise hits all alike; denormals
-are flushed to zero for all. Per model: tok/s = median over timed steps of (target tokens / step
-seconds); `ms_per_step` = median step time; `ours_vs_this` = median over steps of (this model's
-seconds / ours) on the same batch, i.e. how many times faster ours is.
-
-MFU: `pipeline.model.flops` counts each batch's matmul FLOPs (formula in its docstring); achieved =
-median over steps of FLOPs / seconds of ours; peak = best of several `--peak-size`² matmuls in
-the dtype our step's matmuls run in, measured in the same run; mfu = achieved / peak. Where the
-step runs in fp32 the bf16 peak is measured too (`bf16_peak_gflops`, at most 512² on a CPU
-without native bf16), to show why `precision: auto` chose fp32.
-
-Writes to `<out-dir>/bench.json`: train_tok_s, train_vs_nn_transformer, train_vs_naive,
-bf16_vs_fp32 (None when the other precision was not run), mfu, peak_gflops, peak_dtype,
-achieved_gflops, bf16_peak_gflops (fp32 steps only), with `--compile` compiled_vs_eager and
-compile_s (all for 'default', or the last config listed) and train_detail (one row per config
-and model).
+How it measures and what it writes: docs/benchmarks.md, `bench.train_speed`.
 """
 
 from __future__ import annotations
