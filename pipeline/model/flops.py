@@ -1,23 +1,6 @@
-"""Matmul FLOPs of one training step of `pipeline.model.transformer.Transformer`.
-
-Only matrix multiplies count (2 FLOPs per multiply-add). Training does each forward matmul
-three times (forward, gradient w.r.t. the input, gradient w.r.t. the weight): 3 × 2 = 6 per
-weight per token. Real tokens only (padding is wasted work, not model FLOPs). For a batch with
-source lengths s_i (eos included), target lengths t_i (bos … / … eos), N_src = Σ s_i,
-N_tgt = Σ t_i, L layers, D d_model, F d_ff, V vocabulary:
-
-    FLOPs = 6 · [ L·(4D² + 2DF) · N_src      encoder: q, k, v, out projections + FFN
-                + L·2D² · N_src              decoder cross-attention k, v of the memory
-                + L·(6D² + 2DF) · N_tgt      decoder: self q, k, v, out + cross q, out + FFN
-                + D·V · N_tgt ]              output projection (the tied embedding)
-          + 12 · D · L · Σ_i (s_i² + t_i² + t_i·s_i)
-                                             attention Q·Kᵀ and A·V (2 matmuls × 2D per
-                                             query-key pair × 3): encoder self, decoder self,
-                                             cross; causal self-attention counted in full
-
-Embedding lookups, biases, layer norms, softmax, the loss and Adam are not matmuls and are left
-out. The bracket's weights are exactly the model's non-embedding `nn.Linear` weights
-(`matmul_weights`; a test checks it against the model).
+"""Matmul FLOPs of one training step of `pipeline.model.transformer.Transformer`: 6 per weight
+per real token for the linear layers, plus attention's Q·Kᵀ and A·V; the formula is in
+docs/benchmarks.md ("FLOPs and MFU"). Embeddings, norms, softmax, the loss and Adam are left out.
 """
 
 from __future__ import annotations

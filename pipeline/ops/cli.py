@@ -1,12 +1,6 @@
-"""`python -m pipeline translate` (console script `mt-translate`): English in, the target language (German by default) out.
-
-Sentences come from the arguments, or from stdin one line per output line. From a terminal each
-line is answered as it is typed; from a file or pipe lines are read and decoded `BATCH_LINES` at a
-time (batched beam search; order kept, an empty line stays empty). Every line goes through the
-shared processing of `pipeline.serving.translator` (sentence splitting, protected spans, casing).
-
-Defaults (checkpoint, params, tokenizer) are the pipeline's files in the repository that holds
-this package, so the command works from any directory of an installed checkout; paths given as
+"""`python -m pipeline translate` (console script `mt-translate`): English in, the target language
+(German by default) out, one output line per input line, from the arguments or stdin
+(docs/input-processing.md). Defaults are the pipeline's files in this checkout; paths given as
 flags are relative to the working directory.
 """
 

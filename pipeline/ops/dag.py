@@ -1,13 +1,6 @@
-"""The DVC pipeline as data: `dvc.yaml`'s stages in DAG order, each `${a.b.c}` filled in from the
-params (`params.yaml` with any overrides merged over it).
-
-The one reader of `dvc.yaml` in the project (the Prefect flow, the GPU check, the benchmarks and the
-tests use it). It needs PyYAML only and never imports DVC: the GPU check runs every stage on a
-machine with no package registry, where each missing package must be carried as a wheel.
-
-Interpolation follows DVC's for what `dvc.yaml` uses: a dotted key into the params, in `cmd`,
-`deps`, `outs`, `metrics`, `plots` and `params`; a string, number or boolean (written as `true` /
-`false`) may be embedded in a longer string.
+"""`dvc.yaml`'s stages in DAG order, each `${a.b.c}` filled in from the params (`params.yaml` with
+overrides merged over it), as DVC interpolates them. PyYAML only: the GPU check runs the stages on
+a machine where DVC is not carried.
 """
 
 from __future__ import annotations

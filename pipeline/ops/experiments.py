@@ -1,23 +1,6 @@
-"""The recipe study's committed record, and the table generated from it.
-
-DVC's experiment refs and the local MLflow database stay on the machine that ran them, so each
-finished candidate is recorded into files that travel with the repository:
-
-    python -m pipeline.ops.experiments record NAME [--baseline BASE] [--note TEXT]
-    python -m pipeline.ops.experiments render
-
-`record` finds the DVC experiment NAME (`dvc exp show --json --all-commits`), reads its params, its
-metrics (train summary, val scores), its train facts (what ended it, the final-model candidates, the
-CPU), its greedy val BLEU at each validation (`train.log_csv`) and its val translations from the
-experiment's commit, and stores one JSON line in `reports/experiments.jsonl` (replacing an earlier
-line of the same name) and the translations in `reports/study/NAME.val.hyp.<lang>`. With
-`--baseline`, an already recorded candidate, it adds the sacreBLEU paired bootstrap p of NAME's val
-BLEU against the baseline's (the test the champion promotion uses). `render` writes
-`reports/experiments.md` from the record: the study table, the greedy val BLEU by training target
-tokens (candidates with other batch sizes compare per token, not per step), and the length-penalty
-sweeps `pipeline.ops.length_penalty` adds to the record; and the greedy val curves against training
-tokens as a figure, `reports/study/greedy_val_by_tokens.png`. Only val is recorded: the study selects on
-val, test sets are for reporting.
+"""The recipe study's committed record (`reports/experiments.jsonl`, val only) and the tables and
+figure generated from it: `python -m pipeline.ops.experiments record NAME [--baseline BASE]` and
+`render` (docs/results.md, "Running a candidate").
 """
 
 from __future__ import annotations
@@ -344,7 +327,10 @@ def render(rows: list[dict], out: Path = TABLE, figure: Path = CURVE_FIGURE) -> 
 
 
 def cli(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(prog="python -m pipeline.ops.experiments", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m pipeline.ops.experiments",
+        description="The recipe study's committed record and its tables.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="record a finished DVC experiment into reports/experiments.jsonl")
     rec.add_argument("name", help="the experiment's name (dvc exp run -n NAME)")

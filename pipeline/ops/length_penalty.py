@@ -1,15 +1,7 @@
-"""Re-tune the length penalty of a recorded study candidate on val, without retraining.
-
-    python -m pipeline.ops.length_penalty NAME [--alphas 1.0,1.2,1.4,1.6,1.8]
-
-Takes the final model and tokenizer of DVC experiment NAME from the DVC cache (`DVCFileSystem` at
-the experiment's revision), decodes val with each GNMT length penalty α (Wu et al. 2016, section 7;
-the experiment's other decode params), scores it with sacreBLEU (cased and lc-tok) and picks α by
-stepping up: from the smallest α, a larger one replaces the choice so far when its val BLEU is higher
-with sacreBLEU's paired bootstrap p below `promotion.p_threshold` against that choice (the test the
-champion promotion uses), so a larger α must earn its place. The figures go into NAME's line of
-`reports/experiments.jsonl` (key `length_penalty`) and `reports/experiments.md` is regenerated.
-Val only: the test sets are for reporting.
+"""Re-tune the length penalty of a recorded study candidate on val, without retraining:
+`python -m pipeline.ops.length_penalty NAME [--alphas ...]` decodes val with each GNMT α (Wu et al.
+2016, section 7) and steps up to a larger α only when paired bootstrap says it is better
+(docs/results.md, "Re-tuning the length penalty").
 """
 
 from __future__ import annotations
@@ -122,7 +114,7 @@ def sweep(name: str, alphas: list[float]) -> dict:
 
 def cli(argv: list[str]) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.ops.length_penalty", description=__doc__.split("\n")[0]
+        prog="python -m pipeline.ops.length_penalty", description=__doc__.split(":\n")[0]
     )
     p.add_argument("name", help="a recorded candidate (python -m pipeline.ops.experiments record NAME)")
     p.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="comma-separated GNMT alphas (>= 0)")

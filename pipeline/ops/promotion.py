@@ -1,14 +1,6 @@
-"""Promotion of the `candidate` model to `champion` by a paired significance test, and rollback.
-
-A difference of 0.01 BLEU must not win: the candidate's and the champion's val translations (the
-`val.hyp.de.txt` artifact `decode` logs to each version's MLflow run) are compared
-with sacreBLEU's paired bootstrap resampling (Koehn 2004, "Statistical Significance Tests for
-Machine Translation Evaluation"; `sacrebleu.significance.PairedTest`, the test behind
-`sacrebleu --paired-bs`, seeded by env SACREBLEU_SEED, default 12345). `champion` moves only when
-the candidate's BLEU is higher and p < `p_threshold`; equal scores (to two decimals) keep the
-champion and the decision gives no p. The decision, both scores and p are logged
-and set as tags of the candidate version (`promotion.*`); a promoted version records the version
-it replaced (`promotion.replaced`), which `rollback` moves `champion` back to.
+"""Promotion of the `candidate` model to `champion` by sacreBLEU's paired bootstrap on val (Koehn
+2004), and rollback to the version a promotion replaced (docs/retraining.md, "Promotion by paired
+bootstrap").
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""The served model over HTTP: MLflow's scoring app (what `mlflow models serve` runs) for a logged
-translator, behind a guard that makes every error answer one line of JSON.
-
-MLflow's server answers some bad requests with a `stack_trace` holding server paths (a CSV or
-Parquet body it cannot parse, an error it did not expect), some with a bare 500 (no Content-Type,
-a number of over 4,300 digits, JSON nested thousands deep), and echoes the input in others. The
-guard checks a POST to `/invocations` before MLflow reads it: `Content-Type: application/json`
-(UTF-8), and a body `{"inputs": [string, ...], "params": {...}}` (`params` optional, its keys
-`pyfunc.REQUEST_PARAMS`); anything else gets a 4xx naming the problem. Every answer with an
-error status (MLflow's, the framework's 404 and 405, a 500) becomes
-`{"error_code": ..., "message": ...}`, the message one line (a 5xx's a fixed one; the traceback
-goes to the server's log only). The model runs with this checkout's `pipeline` package, imported
-before the model loads, rather than the copy logged with it.
+"""The served model over HTTP: MLflow's scoring app behind a guard that checks each request before
+MLflow reads it and makes every error one line of JSON (docs/tracking-and-serving.md).
 
     python -m pipeline.serving.server -m "models:/multi30k-en-de-transformer@candidate" -p 5001
 """
