@@ -19,6 +19,8 @@ from pathlib import Path
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import DataError
 from pipeline.core.metrics import sentence_chrf
+from pipeline.core.tables import markdown_table
+from pipeline.data.tsv import read_tsv
 
 TIME_MACHINE = "time_machine"  # `<translations_dir>/time_machine.hyp.<lang>`: our outputs
 HEADER = ["en", "tutorial_de"]
@@ -38,15 +40,11 @@ def read(path: Path) -> tuple[list[str], list[str]]:
     Raises:
         DataError: the file is missing, lacks the header, or a row has not two fields.
     """
-    if not Path(path).is_file():
-        raise DataError(f"{path}: time-machine sentences not found")
-    header, *rows = [line.split("\t") for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    if header != HEADER:
-        raise DataError(f"{path}: header must be {'<TAB>'.join(HEADER)}, got {header}")
-    for number, row in enumerate(rows, start=2):
+    rows = read_tsv(path, HEADER, "time-machine sentences")
+    for number, row in rows:
         if len(row) != 2:
             raise DataError(f"{path}: line {number}: expected 2 tab-separated fields, got {len(row)}")
-    return [detokenize_en(en) for en, _ in rows], [de for _, de in rows]
+    return [detokenize_en(en) for _, (en, _) in rows], [de for _, (_, de) in rows]
 
 
 def tutorial_style(text: str) -> str:
@@ -84,8 +82,7 @@ def mean_chrf(table: Sequence[Row]) -> tuple[float, float]:
     return sum(r.chrf for r in table) / n, sum(r.chrf_tutorial_style for r in table) / n
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+COLUMNS = ["#", "English", "ours", "tutorial's German", "chrF", "chrF (tutorial style)"]
 
 
 def markdown(table: Sequence[Row], cfg: DecodeConfig) -> str:
@@ -100,21 +97,31 @@ def markdown(table: Sequence[Row], cfg: DecodeConfig) -> str:
         "space-tokenised, with umlauts written ae/oe/ue. chrF: sentence chrF of ours against it, as is",
         "and with ours in the tutorial's style (ä→ae, ß→ss, a space before punctuation).",
         "",
-        "| # | English | ours | tutorial's German | chrF | chrF (tutorial style) |",
-        "|---:|---|---|---|---:|---:|",
     ]
-    for i, r in enumerate(table, start=1):
-        cells = [
-            _cell(r.en),
-            _cell(r.ours),
-            _cell(r.tutorial),
-            f"{r.chrf:.1f}",
-            f"{r.chrf_tutorial_style:.1f}",
-        ]
-        lines.append(f"| {i} | " + " | ".join(cells) + " |")
+    rows = [
+        {
+            "#": i,
+            "English": r.en,
+            "ours": r.ours,
+            "tutorial's German": r.tutorial,
+            "chrF": f"{r.chrf:.1f}",
+            "chrF (tutorial style)": f"{r.chrf_tutorial_style:.1f}",
+        }
+        for i, r in enumerate(table, start=1)
+    ]
     if table:
         mean, mean_style = mean_chrf(table)
-        lines.append(f"| | mean | | | {mean:.1f} | {mean_style:.1f} |")
+        rows.append(
+            {
+                "#": "",
+                "English": "mean",
+                "ours": "",
+                "tutorial's German": "",
+                "chrF": f"{mean:.1f}",
+                "chrF (tutorial style)": f"{mean_style:.1f}",
+            }
+        )
+    lines.append(markdown_table(rows, COLUMNS))
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,7 @@ from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import DataError
 from pipeline.core.io import write_json
 from pipeline.core.metrics import score
+from pipeline.data.tsv import read_tsv
 from pipeline.serving.engine import Engine
 from pipeline.serving.repeats import MAX_RUN
 from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines, translate_sentences
@@ -50,13 +51,8 @@ def read_table(path: Path) -> list[Case]:
     Raises:
         DataError: missing file, wrong header, or a malformed row (named by line number).
     """
-    if not Path(path).is_file():
-        raise DataError(f"{path}: robustness table not found")
-    header, *rows = [line.split("\t") for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    if header != HEADER:
-        raise DataError(f"{path}: header must be {'<TAB>'.join(HEADER)}, got {header}")
     cases = []
-    for number, row in enumerate(rows, start=2):
+    for number, row in read_tsv(path, HEADER, "robustness table"):
         if len(row) != 4 or not row[1].isdigit() or row[3] not in ("upper", "-"):
             raise DataError(f"{path}: line {number}: expected input, sentence count, spans, upper|-")
         ordered = " > " in row[2]
