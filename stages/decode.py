@@ -1,17 +1,7 @@
-"""DVC stage `decode`: translations of the evaluation splits and of the time-machine sentences, the
-time-machine table, and the robustness figures (where the model runs, so the report need not).
-
-Usage: `python -m stages.decode` (paths: `decode.*` in params.yaml; the model `train.model_file`).
-Reads params `decode`, `serve` (the request limits logged with the pyfunc), `train.max_len`,
-`train.model_file`, `train.run_id_file`, `download`, `tokenizer.out_dir`, `mlflow`. Translates
-through `pipeline.serving.translator` (as `mt-translate` and the pyfunc do) into `<split>.hyp.<tgt_lang>`
-files (splits the target language lacks are skipped, with a message); the time-machine table only for
-German (the tutorial's outputs are German; otherwise the file says so). When `train.run_id_file` names an
-MLflow run, logs them (the translations as `<split>.hyp.<tgt_lang>.txt`, which MLflow's artifact
-browser shows), registers the pyfunc with the alias `candidate` and describes that version
-(`pipeline.tracking.registry.describe_version`). The robustness figures
-(`pipeline.ops.robustness`: the pass count of `robustness_tsv`, the BLEU of the upper-cased
-test_2016_flickr source) go to `robustness_json` (a DVC metrics file) and `robustness_failures_json`.
+"""DVC stage `decode`: translations of the evaluation splits and the time-machine sentences, the
+time-machine table and the robustness figures, all through `pipeline.serving.translator`; with an
+MLflow run in `train.run_id_file`, the translations are logged and the model registered as
+`candidate`. Paths: `decode.*` in params.yaml (the README's stage table).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""DVC stage `distill`: the training set `prepare` reads, distilled by a teacher or passed through.
-
-Run from the repository root: `python -m stages.distill`. With `distill.teacher` empty, the merged set
-(`incoming.out_jsonl`) is copied to `distill.out_jsonl` unchanged. Otherwise the teacher checkpoints in
-`distill.teacher_dir` (one, or several decoded as an ensemble) beam-translate its English side with the
-`decode` settings (`pipeline.ops.distill`). `distill.facts_json` records the teacher files, their
-SHA-256 and the pair counts.
+"""DVC stage `distill`: the training set `prepare` reads, passed through (`distill.teacher` empty) or
+with the teacher checkpoints' beam translations as targets (Kim & Rush 2016; `pipeline.ops.distill`).
+`distill.facts_json` records the teachers, their SHA-256 and the pair counts.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""DVC stage `incoming`: Multi30k train + the new pairs in `incoming.in_dir` → the merged training set.
-
-Usage: `python -m stages.incoming` (paths: `incoming.*` in params.yaml). Reads the corpus at
-`download.out_dir`; validates every `*.tsv` in `in_dir`
-(`en<TAB><tgt>`, tgt = `download.tgt_lang`; see `pipeline.data.incoming`), drops pairs that leak val/test sentences and duplicates,
-and writes `out_jsonl` (train pairs, then the new ones) and `metrics_json` (files, pairs_read,
-dropped_leak, dropped_dup, added, train_pairs). An absent or empty `in_dir` gives exactly the
-train split. A bad file is a one-line error and nothing is written. Each other entry of
-`in_dir` (not a `*.tsv` file: `NEW.TSV`, a directory, a symbolic link, ...) gets one warning
-line on stderr, naming it and why it is ignored. (Under DVC a broken link never gets that far:
-DVC cannot hash the folder; the flow names it before any stage runs.)
+"""DVC stage `incoming`: Multi30k train + the new pairs in `incoming.in_dir` -> `incoming.out_jsonl`
+and its counts `incoming.metrics_json` (`pipeline.data.incoming`; the rules: docs/retraining.md).
+A bad file is a one-line error and nothing is written.
 """
 
 from __future__ import annotations

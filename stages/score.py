@@ -1,12 +1,6 @@
 """DVC stage `score`: cased sacreBLEU BLEU, chrF and the paper-comparable `bleu_lc_tok` of the
-`decode` stage's translations (`pipeline.core.metrics`).
-
-Usage: `python -m stages.score` (paths: `score.*` in params.yaml; reads `decode.translations_dir`).
-Writes `<scores_dir>/<split>.json`, numbers only (`{bleu, chrf, bleu_lc_tok}`), and `facts_json`, their
-signatures (`{split: {...}}`). A split the target language (`download.tgt_lang`) lacks gets an empty
-`{}` score file (dvc.yaml declares every split's file) and a printed message. Logs the scores to the
-MLflow run in `train.run_id_file`, and as tags of the
-`candidate` model version, under the names `dvc metrics show` prints (`val.bleu`, ...).
+`decode` stage's translations into `<score.scores_dir>/<split>.json` (numbers) and
+`score.facts_json` (signatures), logged to the MLflow run and as tags of the `candidate` version.
 """
 
 from __future__ import annotations

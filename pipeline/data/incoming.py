@@ -1,30 +1,7 @@
-"""New parallel data dropped into `data/incoming/`, validated, filtered and merged with Multi30k train.
-
-An incoming file is `*.tsv`: UTF-8, one pair per line, `en<TAB><tgt>` with `<tgt>` the target
-language (`download.tgt_lang`; German by default) (a leading byte-order mark and
-`\\r\\n` line ends are accepted). Each line must have exactly two fields, neither empty nor holding a
-control character; a field of invisible characters only (zero-width and other format characters,
-spaces) counts as empty. One bad line rejects the whole run (`DataError` naming the file and line),
-so nothing of a bad file is ever used. Files are read in name order; every other entry of the
-folder (a directory or a symbolic link named `*.tsv`, `NEW.TSV`, `notes.txt`; hidden files and a
-README aside) is named in a warning on stderr (`ignored_entries`), so a misnamed file is not
-silently left out. A symbolic link is never read: Git commits the link, not the file, so the data
-would differ between checkouts. A broken one (`broken_links`) also stops DVC from hashing the
-folder, before the stage can run.
-
-Filtering, in order, per pair: a pair whose English side matches an English sentence of val or any
-test split, or whose target side matches a target one, is dropped (no test leakage; matching is
-on `key`: NFKC-normalised as SentencePiece normalises, case-folded, whitespace runs collapsed);
-then a pair equal (same key) to a Multi30k train pair or to an earlier incoming pair is dropped.
-The merged set is the Multi30k train split, untouched and in order, followed by the pairs kept:
-with no incoming files it is exactly the train split, and the output is byte-for-byte
-deterministic, so DVC sees the same hash and reruns nothing downstream.
-
-Files are read, checked and merged a line at a time, and the duplicate and leak checks keep a
-16-byte digest per key, not the sentences, so memory does not grow with the files' text.
-
-The merged set is written as JSON Lines (`{"en": ..., "<tgt>": ...}` per line; JSON, not TSV, because
-one Multi30k train sentence holds a tab); `iter_merged` reads it back.
+"""New parallel data dropped into `data/incoming/` (`*.tsv`, `en<TAB><tgt>`), validated line by line,
+filtered (pairs that leak val/test sentences, duplicates) and merged after Multi30k train into a
+JSON Lines file, byte-for-byte deterministic; memory does not grow with the files' text. The
+rules users see are in docs/retraining.md ("Incoming data").
 """
 
 from __future__ import annotations

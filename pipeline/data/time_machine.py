@@ -1,12 +1,7 @@
-"""The "time machine": the 20 English sentences of the tutorial this project re-implements (chapter
-50, "Full Transformer from Scratch"), with the tutorial's own German outputs, kept in
-`data/time_machine.tsv` (`en<TAB>tutorial_de`; params `decode.time_machine_tsv`). The name is the
-tutorial's: it runs the sentences "through the time machine" of a model trained ahead of time.
-
-The decode stage translates them (`TIME_MACHINE`: their file name among the translations) and writes
-one Markdown table (`markdown`): each sentence, ours, the tutorial's German, and the sentence chrF of
-ours against it, as is and written the tutorial's way (`tutorial_style`). The tutorial's outputs are
-German, so other target languages get `not_german` instead.
+"""The "time machine": the tutorial's 20 English sentences with its own German outputs
+(`data/time_machine.tsv`, `en<TAB>tutorial_de`), and the decode stage's Markdown table of ours
+beside them with sentence chrF, as is and in the tutorial's style. Other target languages get
+`not_german` instead.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Cross-attention weights of the last decoder layer, every head, from the model's own decoder.
-
-The teacher-forced decoder runs once through `Transformer.decoder_states` with the last layer's
-cross-attention cache asking for its weights (`KVCache.keep_weights`): the weights shown are
-those of the computation that produced the returned logits.
-
-Shapes: B batch, H heads, S source length, T target length, V vocabulary.
+"""Cross-attention weights of the last decoder layer, every head, from the model's own decoder: the
+teacher-forced decoder runs once with the last layer's cache keeping its weights, so the weights
+shown are those that produced the logits. Shapes: B batch, H heads, S source length, T target
+length, V vocabulary.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""Beam search over the Transformer's KV cache (conventions: `pipeline.model.greedy`).
-
-Shapes: B sentences, K beam size, S source length, V vocabulary, L tokens generated so far.
-
-Beam search (a "shrinking" beam, as in Nematus): each sentence has K slots. At every step the
-alive hypotheses of a sentence propose their one-token extensions; the best `n_alive` are taken
-(n_alive = K minus the hypotheses finished so far); a taken extension that ends in eos moves to
-the sentence's finished list and keeps its slot, so the beam shrinks. Only each hypothesis' own
-best K tokens can be among the K taken, so those are ranked (`expand`). Hypotheses are ranked by
-`log P(Y) / lp(Y)` with the GNMT length penalty `lp(Y) = ((5 + |Y|) / 6) ** alpha` (Wu et al.
-2016, eq. 14), where |Y| counts the generated tokens INCLUDING eos (excluding bos).
-
-Stopping rule (per sentence, for the n best): done when K hypotheses have finished (no alive one
-is left), or when no alive hypothesis can still beat the n-th best finished one. The bound is
-exact for alpha >= 0: extending a hypothesis only lowers its log-prob (<= 0), and its length is
-at most M_i + 1, so its final score is at most `log P(prefix) / lp(M_i + 1)`; the search stops
-once that bound is <= the n-th best finished score. Early stopping therefore never changes the
-result (equal scores keep the earlier-finished hypothesis).
-
-The encoder memory's keys/values are computed once per sentence and shared by its K beams
-(`pipeline.model.transformer.DecoderCache`); sentences that are done leave the batch.
+"""Beam search over the Transformer's KV cache (conventions: `pipeline.model.greedy`): a shrinking
+beam ranked by the GNMT length penalty (Wu et al. 2016, eq. 14), with an exact early stop
+(docs/decoding.md). Shapes: B sentences, K beam size, S source length, V vocabulary, L tokens
+generated so far.
 """
 
 from __future__ import annotations

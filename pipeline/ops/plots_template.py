@@ -1,10 +1,6 @@
-"""The HTML page `dvc plots show` fills, with the Vega libraries inline, so it renders offline.
-
-DVC's default page loads Vega, Vega-Lite and Vega-Embed from a CDN: without a network its charts
-are blank. `.dvc/config` points `plots.html_template` at the page `page_html` builds, whose scripts
-come from vl-convert's bundle (the same libraries, no network needed). DVC replaces `{plot_divs}`
-with one `<div>` and one `vegaEmbed(...)` call per plot; the page has no `{scripts}` placeholder,
-so DVC's CDN `<script>` tags are left out.
+"""The HTML page `dvc plots show` fills, with Vega, Vega-Lite and Vega-Embed inline (vl-convert's
+bundle) instead of DVC's CDN links, so its charts render offline; `.dvc/config` points
+`plots.html_template` at it.
 """
 
 from __future__ import annotations

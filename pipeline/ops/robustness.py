@@ -1,16 +1,7 @@
-"""The robustness set: kinds of real input and the property each translation must keep.
-
-`data/robustness.tsv` (params `decode.robustness_tsv`) has the columns `input`, `sentences` (how many sentences the output must
-have), `verbatim` (spans that must appear verbatim in the output, separated by ` | `, or by
-` > ` when they must also come in that order, as markup around the words it wraps; empty for
-none) and `case` (`upper`: the output must have no lower-case letter outside those spans; `-`: no
-check). Every output must also have no whitespace token repeated more than `MAX_RUN` times in a
-row, no run of one punctuation mark longer than `MAX_RUN` that the input lacks (outside the
-spans), no control
-character and no combining mark without its letter. `pass_rate` runs a model through `pipeline.serving.translator` on the table; `uppercase_bleu` is the
-casing figure of the results page: the upper-cased source against upper-cased references. The
-`decode` stage computes both where the model runs (`write_figures`: numbers as a DVC metrics file,
-the failed inputs beside it); the report reads them (`read_figures`).
+"""The robustness set (`data/robustness.tsv`: input, sentence count, verbatim spans, case) and the
+checks each translation must pass, plus the upper-cased-source BLEU of the results page; the
+`decode` stage computes both, the report reads them (docs/input-processing.md,
+"How it is checked").
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
-"""Export to CTranslate2 (OpenNMT's inference engine) and translate with the exported model
-(the command: `pipeline.ops.export`).
-
-The model is described with CTranslate2's Python spec API (`ctranslate2.specs.TransformerSpec`
-of a `TransformerEncoderSpec` and a `TransformerDecoderSpec`), the way its own fairseq and
-OpenNMT-py converters do, and saved in fp32; int8 (or another compute type) is chosen when the
-model is loaded (`load_ct2(..., compute_type="int8")`).
-
-What maps to what (ours -> CTranslate2):
-- post-norm or pre-norm layers -> `pre_norm` (pre-norm: our final norms -> `layer_norm`);
-  LayerNorm epsilon 1e-5 (torch's default) -> config `layer_norm_epsilon`;
-- embeddings × √D -> `scale_embeddings = True`; our sinusoidal table (sin at even, cos at odd
-  dimensions, position 0 first) -> `position_encodings.encodings` (`MAX_POSITIONS` rows);
-- fused `qkv_proj` / `q_proj` + `kv_proj` / `out_proj` -> attention `linear[0..2]`;
-  FFN `w1`, `w2` (ReLU) -> `linear_0`, `linear_1`; residual norms -> the sublayers' `layer_norm`;
-- output projection (the tied target embedding, no bias) -> decoder `projection`;
-- vocabulary: the SentencePiece pieces by id (shared); source + `</s>` (`add_source_eos`),
-  decoder starts with `<s>` as ours.
-
-Decoding (`ct2_translate`): pad and bos are suppressed and the length limit `floor(a * src_len + b)`
-is applied per sentence (sentences are grouped by it), as in `pipeline.model.greedy`. CTranslate2 would
-normalise scores by `len(Y) ** alpha`; instead it is asked for its `beam_size` finished
-hypotheses with (nearly) raw log-probs, and the best under our GNMT penalty is taken, so both
-engines rank by the same score. Its search still differs from ours (a constant beam that refills
-finished slots, where ours shrinks): greedy outputs are the same, beam outputs can differ on some
-sentences (`python -m bench.ct2_check` counts the identical lines and compares BLEU, also against
-CTranslate2's own normalisation).
+"""Export to CTranslate2 (OpenNMT's inference engine) through its Python spec API, and translation
+with the exported model ranked under our GNMT length penalty (the command: `pipeline.ops.export`;
+what maps to what: docs/decoding.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Protected spans (`pipeline.serving.spans`) replaced by placeholders before translation and put
-back after it.
-
-The placeholders (`pipeline.data.placeholders.PLACEHOLDERS`, ｟1｠..｟9｠) are SentencePiece
-user-defined symbols: one piece each, untouched by its NFKC normalisation;
-`pipeline.data.placeholders.protect_pair` puts the same placeholders into training pairs so the
-model learns to copy them. A text holds at most one span per placeholder: a sentence with more is
-translated in parts (`pipeline.serving.sentences.split_between_spans`). A placeholder the model
-dropped gets its span appended, so nothing is lost.
+"""Protected spans (`pipeline.serving.spans`) replaced by placeholders ｟1｠..｟9｠ before translation
+and put back after it; a placeholder the model dropped gets its span appended, so nothing is lost
+(docs/input-processing.md, "Protected spans").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The final model as an MLflow model that translates raw English strings, and its registration.
-
-`TranslatorPyfunc` is an MLflow pyfunc: its artifacts are the checkpoint (`model.pt`), the
-SentencePiece model with the English training words beside it (`source_words.txt`, for the name
-rule) and optionally a CTranslate2 export; its model config the beam-search settings
-(`DecodeConfig` fields) and the request limits (`ServeConfig` fields). The `pipeline` package
-travels with it as code, so `mlflow.pyfunc.load_model` and `mlflow models predict/serve` need only
-this repository's requirements.
+"""The final model as an MLflow pyfunc that translates raw English strings (artifacts: the checkpoint,
+the SentencePiece model with its source words, optionally a CTranslate2 export; the `pipeline`
+package as code), and its registration (docs/tracking-and-serving.md).
 """
 
 from __future__ import annotations

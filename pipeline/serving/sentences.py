@@ -1,12 +1,7 @@
-"""A raw input line into the texts the model translates: cleaned, split into sentences, a word
-longer than the model's input set apart to be copied, a sentence with more protected spans than
-placeholders cut into parts, an over-long one into chunks.
-
-sentencex (Wikimedia's rule-based segmenter, linear time) splits a line into sentences; it reads
-a copy of the line in which every pattern span (`pipeline.serving.spans`: numbers, URLs, e-mails,
-markup) is `SENTENCE_MASK`, so their dots and `?` never end a sentence, and its sentence
-boundaries are mapped back to the line. Each sentence is translated alone and the line re-joined
-with spaces.
+"""A raw input line into the texts the model translates: cleaned, split into sentences by sentencex
+(with protected spans masked, so their dots never end a sentence), a word longer than the model's
+input set apart to be copied, a sentence with more spans than placeholders cut into parts, an
+over-long one into chunks (docs/input-processing.md).
 """
 
 from __future__ import annotations

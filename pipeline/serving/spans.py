@@ -1,11 +1,6 @@
-"""Protected spans: the parts of an English sentence the model must not translate, and where they are.
-
-A span is a number with what is typed around it (signs, currencies, percent; dates such as
-12/05/2023 and 2023-05-12, phone numbers, ranges; ordinals such as `3rd`), a URL, an e-mail
-address, markup (HTML tags, `**`, `__`, the brackets and URL of a Markdown link, so the link text
-is translated), a literal placeholder, a name (a capitalised word `is_name` accepts) or a run of
-characters the tokenizer cannot represent or that are `foreign` (other scripts, emoji).
-`pipeline.serving.protection` replaces them by placeholders and puts them back after translation.
+"""Protected spans: the parts of an English sentence the model must not translate (numbers with what
+is typed around them, URLs, e-mail addresses, markup, names, characters the tokenizer cannot
+represent), and where they are (docs/input-processing.md, "Protected spans").
 """
 
 from __future__ import annotations
