@@ -45,11 +45,19 @@ def main() -> None:
     figures = {}
     for name, (hyps, secs) in rows.items():
         same = sum(h == o for h, o in zip(hyps, ours, strict=True)) / len(ours)
-        figures[name] = {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2),
-                         "same_as_ours": round(same, 4)}  # fmt: skip
+        figures[name] = {
+            "sent_s": round(len(en) / secs, 1),
+            "bleu": round(score(hyps, refs)["bleu"], 2),
+            "same_as_ours": round(same, 4),
+        }
         print(f"{name:12s} {figures[name]}")
-    figures = {"split": args.split, "beam_size": cfg.beam_size, "length_penalty": cfg.length_penalty,
-               "threads": threads, **figures}  # fmt: skip
+    figures = {
+        "split": args.split,
+        "beam_size": cfg.beam_size,
+        "length_penalty": cfg.length_penalty,
+        "threads": threads,
+        **figures,
+    }
     command = command_line("bench.ct2_check", sys.argv[1:])
     record("reports", "ct2_check", command, {"ct2": figures}, torch.device("cpu"))
 

@@ -59,8 +59,10 @@ def main() -> None:
         "bare_beam": timed_result(lambda: translate(loaded.model, loaded.tokenizer, en, cfg)),
         "mt_translate_file": timed_result(lambda: mt_translate(en)),
     }
-    figures = {name: {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2)}
-               for name, (hyps, secs) in rows.items()}  # fmt: skip
+    figures = {
+        name: {"sent_s": round(len(en) / secs, 1), "bleu": round(score(hyps, refs)["bleu"], 2)}
+        for name, (hyps, secs) in rows.items()
+    }
     figures["mt_translate_vs_decode_stage"] = round(
         figures["mt_translate_file"]["sent_s"] / figures["decode_stage"]["sent_s"], 3
     )

@@ -73,8 +73,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     tok = Tokenizer.load(spm)
     fields, max_tokens = (PAPER, PAPER_MAX_TOKENS) if args.config == "paper" else ({}, None)
     cfg = model_config(params.train.model, **fields)
-    optim = with_updates(params.train.optim, {"max_steps": args.steps, "val_every": args.steps,
-                                              "max_tokens": max_tokens or params.train.optim.max_tokens})  # fmt: skip
+    optim = with_updates(
+        params.train.optim,
+        {
+            "max_steps": args.steps,
+            "val_every": args.steps,
+            "max_tokens": max_tokens or params.train.optim.max_tokens,
+        },
+    )
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm), tok.vocab_size)
     val = load_corpus(params.download.out_dir)["val"][:]

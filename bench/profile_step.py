@@ -139,8 +139,14 @@ def rows_of(groups: dict, ops: dict, steps: int, tokens: int, top: int) -> tuple
         {"part": g, "ms_per_step": sig(us / steps / 1e3), "share": sig(us / total, 3)}
         for g, us in sorted(groups.items(), key=lambda kv: -kv[1])
     ]
-    group_rows.append({"part": "total", "ms_per_step": sig(total / steps / 1e3), "share": 1.0,
-                       "tok_s": sig(tokens / (total / 1e6))})  # fmt: skip
+    group_rows.append(
+        {
+            "part": "total",
+            "ms_per_step": sig(total / steps / 1e3),
+            "share": 1.0,
+            "tok_s": sig(tokens / (total / 1e6)),
+        }
+    )
     op_rows = [
         {
             "op": name,
@@ -148,7 +154,7 @@ def rows_of(groups: dict, ops: dict, steps: int, tokens: int, top: int) -> tuple
             "calls_per_step": sig(n / steps, 3),
             "ms_per_step": sig(us / steps / 1e3),
             "share": sig(us / total, 3),
-        }  # fmt: skip
+        }
         for (name, g), (us, n) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]
     ]
     return group_rows, op_rows

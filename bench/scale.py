@@ -67,8 +67,11 @@ def scratch_params(base: dict, work: Path, data_dir: Path, spm_dir: Path, model:
     p = yaml.safe_load(yaml.safe_dump(base))
     p["download"]["out_dir"] = str(data_dir)
     p["tokenizer"]["out_dir"] = str(spm_dir)
-    p["incoming"] |= {"in_dir": str(work / "incoming"), "out_jsonl": str(work / "train_merged.jsonl"),
-                      "metrics_json": str(work / "incoming.json")}  # fmt: skip
+    p["incoming"] |= {
+        "in_dir": str(work / "incoming"),
+        "out_jsonl": str(work / "train_merged.jsonl"),
+        "metrics_json": str(work / "incoming.json"),
+    }
     if "distill" in p:  # a checkout where `prepare` reads the (distilled or passed-through) set
         p["distill"] |= {
             "out_jsonl": str(work / "train_distilled.jsonl"),
@@ -145,10 +148,15 @@ def ratios(rows: list[dict]) -> list[dict]:
     for stage in dict.fromkeys(r["stage"] for r in rows):
         mine = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["pairs"])
         for small, big in zip(mine, mine[1:], strict=False):
-            out.append({"stage": stage, "sizes": f"{big['pairs']}/{small['pairs']}",
-                        "pairs_ratio": sig(big["pairs"] / small["pairs"]),
-                        "cpu_ratio": sig(big["cpu_s"] / small["cpu_s"]),
-                        "rss_ratio": sig(big["peak_rss_mib"] / small["peak_rss_mib"])})  # fmt: skip
+            out.append(
+                {
+                    "stage": stage,
+                    "sizes": f"{big['pairs']}/{small['pairs']}",
+                    "pairs_ratio": sig(big["pairs"] / small["pairs"]),
+                    "cpu_ratio": sig(big["cpu_s"] / small["cpu_s"]),
+                    "rss_ratio": sig(big["peak_rss_mib"] / small["peak_rss_mib"]),
+                }
+            )
     return out
 
 

@@ -73,10 +73,15 @@ def run(runner: Runner, batches: list[Batch], optim: OptimConfig, rounds: int, w
             threads[(load, policy)].append(used)
     tok_s = {c: tokens * rounds / sum(s) for c, s in seconds.items()}
     detail = [
-        {"load": load, "threads": policy.replace("_", " "), "threads_used": sorted(set(threads[(load, policy)])),
-         "tok_s": sig(tok_s[(load, policy)]), "vs_alone_all_cores": sig(tok_s[(load, policy)] / tok_s[("alone", "all_cores")])}
+        {
+            "load": load,
+            "threads": policy.replace("_", " "),
+            "threads_used": sorted(set(threads[(load, policy)])),
+            "tok_s": sig(tok_s[(load, policy)]),
+            "vs_alone_all_cores": sig(tok_s[(load, policy)] / tok_s[("alone", "all_cores")]),
+        }
         for load, policy in CONDITIONS
-    ]  # fmt: skip
+    ]
     return {
         "shared_cpu_busy_vs_alone_all_cores": sig(
             tok_s[("busy", "all_cores")] / tok_s[("alone", "all_cores")]
@@ -107,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     runner = Runner("ours", model, bf16, make_optimizer(model, optim))
     figures = run(runner, batches, optim, args.rounds, args.warmup)
     print("\n".join(table(figures["shared_cpu_detail"])))
-    print(f"beside a busy process / alone: all cores {figures['shared_cpu_busy_vs_alone_all_cores']}, "
-          f"threads for the load {figures['shared_cpu_busy_vs_alone_for_load']}")  # fmt: skip
+    print(
+        f"beside a busy process / alone: all cores {figures['shared_cpu_busy_vs_alone_all_cores']}, "
+        f"threads for the load {figures['shared_cpu_busy_vs_alone_for_load']}"
+    )
     record(args.out_dir, "shared_cpu", command_line("bench.shared_cpu", argv), figures, device)
     return figures
 

@@ -87,8 +87,9 @@ def step_of(runner: Runner, batch: Batch, optim: OptimConfig) -> Callable[[], ob
     own `pipeline.training.loop.train_step` (logits at non-pad positions only); baselines take
     `baseline_step`."""
     if type(getattr(runner.model, "_orig_mod", runner.model)) is Transformer:
-        run = RunContext(Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16,
-                         fused_loss=runner.fused_loss)  # fmt: skip
+        run = RunContext(
+            Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16, fused_loss=runner.fused_loss
+        )
         micro_batches = [[batch.src, batch.tgt_in, batch.tgt_out]]
         return partial(loop.train_step, runner.model, runner.opt, micro_batches, optim.peak_lr, optim, run)
     return partial(baseline_step, runner.model, runner.opt, runner.bf16, batch, optim)

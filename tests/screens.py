@@ -85,8 +85,17 @@ def get_json(url: str, body: dict | None = None) -> dict:
 
 def shoot(url: str, png: Path, height: int = 1000, offline: bool = False) -> None:
     """A 1600-pixel-wide screenshot of `url` after its scripts ran (15 s of virtual time)."""
-    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           f"--window-size=1600,{height}", "--virtual-time-budget=15000", f"--screenshot={png}", url]  # fmt: skip
+    cmd = [
+        CHROMIUM,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size=1600,{height}",
+        "--virtual-time-budget=15000",
+        f"--screenshot={png}",
+        url,
+    ]
     if offline:
         cmd.insert(1, "--proxy-server=127.0.0.1:9")  # every network request fails
     subprocess.run(cmd, capture_output=True, timeout=180, check=True)
@@ -128,16 +137,25 @@ def mlflow_screens(work: Path, env: dict, out: Path) -> list[tuple[str, str]]:
         preview = next((f["path"] for f in artifacts.get("files", []) if not f["is_dir"]), "")
         pages = [
             ("mlflow-experiment.png", f"#/experiments/{exp_id}", "the experiment as it opens by default"),
-            ("mlflow-runs.png", f"#/experiments/{exp_id}/runs?workflowType=machine_learning",
-             "the runs list, by the link the train stage prints"),
-            ("mlflow-compare.png", f'#/compare-runs?runs=["{first}","{last}"]&experiments=["{exp_id}"]',
-             "the dvc-repro run and the flow's retrain compared"),
+            (
+                "mlflow-runs.png",
+                f"#/experiments/{exp_id}/runs?workflowType=machine_learning",
+                "the runs list, by the link the train stage prints",
+            ),
+            (
+                "mlflow-compare.png",
+                f'#/compare-runs?runs=["{first}","{last}"]&experiments=["{exp_id}"]',
+                "the dvc-repro run and the flow's retrain compared",
+            ),
             ("mlflow-run.png", f"#/experiments/{exp_id}/runs/{last}", "the retrained run's overview"),
             ("mlflow-metrics.png", f"#/experiments/{exp_id}/runs/{last}/model-metrics", "its metric charts"),
-            ("mlflow-artifact.png", f"#/experiments/{exp_id}/runs/{last}/artifacts/{preview}",
-             f"a translation artifact previewed ({preview or 'none found'})"),
+            (
+                "mlflow-artifact.png",
+                f"#/experiments/{exp_id}/runs/{last}/artifacts/{preview}",
+                f"a translation artifact previewed ({preview or 'none found'})",
+            ),
             ("mlflow-model.png", f"#/models/{model}", "the registered model's versions and aliases"),
-        ]  # fmt: skip
+        ]
         for png, route, _ in pages:
             shoot(f"{base}/{route}", out / png)
     return [(png, what) for png, _, what in pages]

@@ -30,8 +30,16 @@ CFG = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)
 
 def decode_flags(cfg: DecodeConfig) -> list[str]:
     """`mt-translate` flags that decode as `cfg` does (instead of with params.yaml's decode section)."""
-    return ["--beam-size", str(cfg.beam_size), "--length-penalty", str(cfg.length_penalty),
-            "--max-len-a", str(cfg.max_len_a), "--max-len-b", str(cfg.max_len_b)]  # fmt: skip
+    return [
+        "--beam-size",
+        str(cfg.beam_size),
+        "--length-penalty",
+        str(cfg.length_penalty),
+        "--max-len-a",
+        str(cfg.max_len_a),
+        "--max-len-b",
+        str(cfg.max_len_b),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +108,15 @@ def test_cr_and_crlf_line_ends_read_as_lines(tiny_translator_files, capsys, monk
 
 
 def test_n_best_prints_k_numbered_ranked_lines_per_input(tiny_translator_files, capsys) -> None:
-    cli(tiny_translator_files, "--n-best", "2", "A man walks in the park.", "", "🙂",
-        "Two children play. A dog walks.")  # fmt: skip
+    cli(
+        tiny_translator_files,
+        "--n-best",
+        "2",
+        "A man walks in the park.",
+        "",
+        "🙂",
+        "Two children play. A dog walks.",
+    )
     rows = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
     assert [(r[0], r[1]) for r in rows] == [(str(n), str(k)) for n in range(1, 5) for k in (1, 2)]
     scores = [float(r[2]) for r in rows]
@@ -111,8 +126,16 @@ def test_n_best_prints_k_numbered_ranked_lines_per_input(tiny_translator_files, 
 
 
 def test_decoding_flags_reach_the_search_and_are_validated(tiny_translator_files, capsys) -> None:
-    cli(tiny_translator_files, "--max-len-a", "0", "--max-len-b", "1", "--batch-size", "1",
-        "A man walks in the park.")  # fmt: skip
+    cli(
+        tiny_translator_files,
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "1",
+        "--batch-size",
+        "1",
+        "A man walks in the park.",
+    )
     assert len(capsys.readouterr().out.split()) <= 1  # at most one piece of output
     with pytest.raises(ConfigError, match="--batch-size: Input should be greater than 0"):
         cli(tiny_translator_files, "--batch-size", "0", "x")
@@ -146,14 +169,41 @@ def test_ctranslate2_engine_gives_our_greedy_output(tiny_translator_files, loade
     export_ctranslate2(loaded.model, loaded.tokenizer, tmp_path / "ct2")
     lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]
     greedy_cfg = CFG.model_copy(update={"beam_size": 1})
-    argv = ["--checkpoint", str(tiny_translator_files["ckpt"]), "--spm", str(tiny_translator_files["spm"]),
-            *decode_flags(greedy_cfg)]  # fmt: skip
-    translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
-                    "float32", *lines])  # fmt: skip
+    argv = [
+        "--checkpoint",
+        str(tiny_translator_files["ckpt"]),
+        "--spm",
+        str(tiny_translator_files["spm"]),
+        *decode_flags(greedy_cfg),
+    ]
+    translate_main(
+        [
+            *argv,
+            "--engine",
+            "ctranslate2",
+            "--ct2-dir",
+            str(tmp_path / "ct2"),
+            "--compute-type",
+            "float32",
+            *lines,
+        ]
+    )
     out = capsys.readouterr().out.split("\n")[:-1]
     assert out == translate_lines(loaded, lines, greedy_cfg)
-    translate_main([*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type",
-                    "float32", "--n-best", "1", lines[0]])  # fmt: skip
+    translate_main(
+        [
+            *argv,
+            "--engine",
+            "ctranslate2",
+            "--ct2-dir",
+            str(tmp_path / "ct2"),
+            "--compute-type",
+            "float32",
+            "--n-best",
+            "1",
+            lines[0],
+        ]
+    )
     _, _, score, text = capsys.readouterr().out.rstrip("\n").split("\t")
     ours_text, ours_score = translate_lines_n_best(loaded, [lines[0]], greedy_cfg, 1)[0][0]
     assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
@@ -165,10 +215,28 @@ def translate_process(files: Mapping[str, Path], tmp_path: Path, stdin) -> subpr
     """`python -m pipeline translate` on the tiny model (greedy), stdout and stderr piped."""
     params = tmp_path / "defaults.yaml"
     params.write_text("{}\n")
-    cmd = [sys.executable, "-m", "pipeline", "translate", "--checkpoint", str(files["ckpt"]),
-           "--spm", str(files["spm"]), "--params", str(params), "--beam-size", "1"]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=tmp_path, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=default_sigint)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "translate",
+        "--checkpoint",
+        str(files["ckpt"]),
+        "--spm",
+        str(files["spm"]),
+        "--params",
+        str(params),
+        "--beam-size",
+        "1",
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
+    )
 
 
 def default_sigint() -> None:

@@ -88,8 +88,11 @@ def pushed(tmp_path_factory, env) -> tuple[Path, Path]:
 
 def translate(work: Path, env: dict, sentence: str) -> str:
     """`mt-translate SENTENCE` with the code, params and model of the clone at `work`."""
-    return sh([sys.executable, "-m", "pipeline", "translate", "--params", str(work / "params.yaml"),
-               sentence], work, env)  # fmt: skip
+    return sh(
+        [sys.executable, "-m", "pipeline", "translate", "--params", str(work / "params.yaml"), sentence],
+        work,
+        env,
+    )
 
 
 @pytest.mark.slow

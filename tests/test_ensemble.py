@@ -76,8 +76,14 @@ def test_one_checkpoint_is_todays_engine_and_an_ensemble_of_it_translates_alike(
 
 
 def test_the_cli_refuses_what_an_ensemble_cannot_do(tiny_translator_files, tmp_path) -> None:
-    argv = ["--checkpoint", str(tiny_translator_files["ckpt"]), "--spm", str(tiny_translator_files["spm"]),
-            "--ensemble", str(tiny_translator_files["ckpt"])]  # fmt: skip
+    argv = [
+        "--checkpoint",
+        str(tiny_translator_files["ckpt"]),
+        "--spm",
+        str(tiny_translator_files["spm"]),
+        "--ensemble",
+        str(tiny_translator_files["ckpt"]),
+    ]
     with pytest.raises(ConfigError, match="--attention"):
         translate_main([*argv, "--attention", str(tmp_path / "a.png"), "x"])
     with pytest.raises(ConfigError, match="--engine torch"):

@@ -14,8 +14,10 @@ SUMMARY, VAL = "reports/train_summary.json", "reports/val.json"  # the metrics f
 
 def exp_data(dropout: float, val_bleu: float, max_minutes: float = 150) -> dict:
     """One `dvc exp show --json` entry's `data` with the fields the record reads."""
-    params = {"train": {"optim": {"max_minutes": max_minutes, "max_steps": 3200}, "model": {"dropout": dropout}},
-              "mlflow": {"enabled": True}}  # fmt: skip
+    params = {
+        "train": {"optim": {"max_minutes": max_minutes, "max_steps": 3200}, "model": {"dropout": dropout}},
+        "mlflow": {"enabled": True},
+    }
     metrics = {
         SUMMARY: {"data": {"steps": 3200, "epochs": 16, "minutes": 104.5}},
         VAL: {"data": {"bleu": val_bleu, "bleu_lc_tok": val_bleu + 0.3}},
@@ -83,8 +85,12 @@ def test_curve_reads_validation_rows_and_the_table_counts_tokens():
 
 
 def test_the_tokens_at_which_a_curve_passes_each_level_and_its_figure(tmp_path):
-    row = {"name": "long", "steps": 3000, "target_tokens": 3e6,
-           "val_curve": {"steps": [1000, 2000, 3000], "bleu_greedy": [39.0, None, 40.5]}}  # fmt: skip
+    row = {
+        "name": "long",
+        "steps": 3000,
+        "target_tokens": 3e6,
+        "val_curve": {"steps": [1000, 2000, 3000], "bleu_greedy": [39.0, None, 40.5]},
+    }
     assert ex.curve_points(row) == [(1.0, 39.0), (3.0, 40.5)]
     assert [ex.passed_at(ex.curve_points(row), level) for level in (39.0, 40.0, 41.0)] == [
         "1.0M",

@@ -133,8 +133,10 @@ def tiny_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("flow") / "repo"
     for package in ("pipeline", "stages"):
         shutil.copytree(REPO / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
-    corpus = {"train": {"en": ["A man.", "A dog."], "de": ["Ein Mann.", "Ein Hund."]},
-              "val": {"en": ["A cat."], "de": ["Eine Katze."]}}  # fmt: skip
+    corpus = {
+        "train": {"en": ["A man.", "A dog."], "de": ["Ein Mann.", "Ein Hund."]},
+        "val": {"en": ["A cat."], "de": ["Eine Katze."]},
+    }
     save_dataset_dict(
         DatasetDict({k: Dataset.from_dict(v) for k, v in corpus.items()}), repo / "data/multi30k"
     )
@@ -339,8 +341,12 @@ def test_one_flow_run_per_checkout(tmp_path: Path) -> None:
                 pytest.fail("entered a held lock")
     assert "\n" not in str(info.value) and f"pid {os.getpid()}" in str(info.value)
     for end in ("exit", "kill"):
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(
             PipelineError, match=rf"^{tmp_path}: .* \(pid {holder.pid}, lock {tmp_path / LOCK_FILE}\); "

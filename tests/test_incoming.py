@@ -162,8 +162,13 @@ def test_merged_file_round_trips_tabs_and_line_separators(tmp_path: Path) -> Non
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch) -> Path:
     """A working directory with params.yaml and a tiny saved corpus."""
-    corpus = DatasetDict({"train": Dataset.from_dict(TRAIN), "val": Dataset.from_dict(VAL),
-                          "test_2016_flickr": Dataset.from_dict(TEST)})  # fmt: skip
+    corpus = DatasetDict(
+        {
+            "train": Dataset.from_dict(TRAIN),
+            "val": Dataset.from_dict(VAL),
+            "test_2016_flickr": Dataset.from_dict(TEST),
+        }
+    )
     save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"download": {"out_dir": "data/multi30k"}}))
     monkeypatch.chdir(tmp_path)
@@ -183,8 +188,14 @@ def test_stage_without_files_writes_exactly_the_train_split(repo: Path) -> None:
     empty, _ = run_stage(repo)
     assert absent == empty  # byte-for-byte: DVC sees the same hash
     assert read_merged(repo / "data/train_merged.jsonl") == (TRAIN["en"], TRAIN["de"])
-    assert counts == {"files": 0, "pairs_read": 0, "dropped_leak": 0, "dropped_dup": 0, "added": 0,
-                      "train_pairs": 3}  # fmt: skip
+    assert counts == {
+        "files": 0,
+        "pairs_read": 0,
+        "dropped_leak": 0,
+        "dropped_dup": 0,
+        "added": 0,
+        "train_pairs": 3,
+    }
     assert all(isinstance(v, int) for v in counts.values())
 
 
@@ -195,8 +206,14 @@ def test_stage_adds_new_pairs_and_prints_the_counts(repo: Path, capsys) -> None:
     _, counts = run_stage(repo)
     en, _ = read_merged(repo / "data/train_merged.jsonl")
     assert en == TRAIN["en"] + ["A bird sings.", "A boy swims."]  # files in name order
-    assert counts == {"files": 2, "pairs_read": 4, "dropped_leak": 1, "dropped_dup": 1, "added": 2,
-                      "train_pairs": 5}  # fmt: skip
+    assert counts == {
+        "files": 2,
+        "pairs_read": 4,
+        "dropped_leak": 1,
+        "dropped_dup": 1,
+        "added": 2,
+        "train_pairs": 5,
+    }
     assert "1 dropped (in val/test), 1 dropped (duplicates), 2 added" in capsys.readouterr().out
 
 

@@ -48,8 +48,10 @@ def test_a_killed_parent_leaves_its_trainer_holding_the_folder_and_a_second_one_
             with trainer_lock(tmp_path):
                 pytest.fail("a second trainer entered a held folder")
         message = str(info.value)
-        assert message == (f"{tmp_path}: a training is already running (pid {child_pid}, lock "
-                           f"{tmp_path / TRAINER_LOCK}); wait for it to end, or stop it")  # fmt: skip
+        assert message == (
+            f"{tmp_path}: a training is already running (pid {child_pid}, lock "
+            f"{tmp_path / TRAINER_LOCK}); wait for it to end, or stop it"
+        )
     finally:
         parent.kill()
         if child_pid:
@@ -76,9 +78,13 @@ def test_the_warmup_stage_takes_the_lock_before_training(tmp_path: Path, monkeyp
 
     from stages import warmup_data, warmup_train
 
-    params = {"warmup_data": {"max_number": 999, "n_train": 50, "n_val": 5, "n_test": 5},
-              "warmup_train": {"model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
-                               "optim": {"max_steps": 2, "val_every": 2, "max_tokens": 400}}}  # fmt: skip
+    params = {
+        "warmup_data": {"max_number": 999, "n_train": 50, "n_val": 5, "n_test": 5},
+        "warmup_train": {
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+            "optim": {"max_steps": 2, "val_every": 2, "max_tokens": 400},
+        },
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
     warmup_data.main()

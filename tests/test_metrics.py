@@ -111,8 +111,10 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
 
     cs = ["Muž jde se psem.", "Dvě děti si hrají."]
     split = {"en": ["A man walks a dog.", "Two children play."], "cs": cs}
-    save_dataset_dict(DatasetDict({s: Dataset.from_dict(split) for s in ("train", "val", "test_2016_flickr")}),
-                      tmp_path / "data/multi30k")  # fmt: skip
+    save_dataset_dict(
+        DatasetDict({s: Dataset.from_dict(split) for s in ("train", "val", "test_2016_flickr")}),
+        tmp_path / "data/multi30k",
+    )
     params = {
         "download": {"tgt_lang": "cs"},
         "mlflow": {"enabled": False},
@@ -128,6 +130,7 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
     stage.main()
     assert "score: test_2017_flickr: skipped, Multi30k has no Czech references" in capsys.readouterr().out
     assert json.loads((tmp_path / "reports/test_2017_flickr.json").read_text()) == {}
-    assert read_scores(tmp_path / "reports") == {s: {"bleu": 100.0, "chrf": 100.0, "bleu_lc_tok": 100.0}
-                                                 for s in ("val", "test_2016_flickr")}  # fmt: skip
+    assert read_scores(tmp_path / "reports") == {
+        s: {"bleu": 100.0, "chrf": 100.0, "bleu_lc_tok": 100.0} for s in ("val", "test_2016_flickr")
+    }
     assert json.loads((tmp_path / "facts.json").read_text())["val"]["bleu_lc_tok"].endswith(":cs")

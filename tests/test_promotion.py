@@ -85,13 +85,25 @@ def test_scores_are_sacrebleu_corpus_bleu() -> None:
 @pytest.mark.parametrize(
     ("cmp", "message"),
     [
-        (Comparison(40.0, 42.0, 0.01), "promoted: v2 BLEU 42.00 vs champion v1 40.00, paired bootstrap p = 0.0100 < 0.05"),
-        (Comparison(40.0, 40.3, 0.2), "kept champion v1 (v2 BLEU 40.30 vs champion v1 40.00, paired bootstrap p = 0.2000: p >= 0.05)"),
-        (Comparison(40.0, 38.0, 0.001), "kept champion v1 (v2 BLEU 38.00 vs champion v1 40.00, paired bootstrap p = 0.0010: lower)"),
+        (
+            Comparison(40.0, 42.0, 0.01),
+            "promoted: v2 BLEU 42.00 vs champion v1 40.00, paired bootstrap p = 0.0100 < 0.05",
+        ),
+        (
+            Comparison(40.0, 40.3, 0.2),
+            "kept champion v1 (v2 BLEU 40.30 vs champion v1 40.00, paired bootstrap p = 0.2000: p >= 0.05)",
+        ),
+        (
+            Comparison(40.0, 38.0, 0.001),
+            "kept champion v1 (v2 BLEU 38.00 vs champion v1 40.00, paired bootstrap p = 0.0010: lower)",
+        ),
         (Comparison(0.0, 0.0, 0.001), "kept champion v1 (equal scores: v2 BLEU 0.00, champion v1 0.00)"),
-        (Comparison(40.001, 40.004, 0.001), "kept champion v1 (equal scores: v2 BLEU 40.00, champion v1 40.00)"),
+        (
+            Comparison(40.001, 40.004, 0.001),
+            "kept champion v1 (equal scores: v2 BLEU 40.00, champion v1 40.00)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_decision_line_states_the_scores_and_why(cmp: Comparison, message: str) -> None:
     decision = decide(cmp, "2", "1", 0.05)
     assert decision.message == message and decision.promoted == message.startswith("promoted")

@@ -149,9 +149,14 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
     params = {
         "download": {"out_dir": "data/multi30k"},
         "tokenizer": {"out_dir": "spm"},
-        "decode": {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 5, "batch_size": 8,
-                   "time_machine_tsv": str(TIME_MACHINE)},
-    }  # fmt: skip
+        "decode": {
+            "beam_size": 2,
+            "max_len_a": 1.0,
+            "max_len_b": 5,
+            "batch_size": 8,
+            "time_machine_tsv": str(TIME_MACHINE),
+        },
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     (root / "spm").mkdir()
     (root / "spm" / "spm.model").write_bytes(tok.sp.serialized_model_proto())
@@ -312,23 +317,32 @@ def test_page_names_the_runs_version_its_aliases_and_the_promotion(monkeypatch, 
     client.set_model_version_tag(name, "1", "promotion.decision", "promoted")
     client.set_model_version_tag(name, "1", "promotion.time", "2026-12-01T09:00:00+00:00")
     client.set_registered_model_alias(name, "candidate", "2")
-    promotion = {"decision": "kept", "time": "2026-12-02T13:05:00+00:00", "champion_version": "1",
-                 "bleu_candidate": "40.1000", "bleu_champion": "40.9000", "p_value": "0.8100", "p_threshold": "0.05"}  # fmt: skip
+    promotion = {
+        "decision": "kept",
+        "time": "2026-12-02T13:05:00+00:00",
+        "champion_version": "1",
+        "bleu_candidate": "40.1000",
+        "bleu_champion": "40.9000",
+        "p_value": "0.8100",
+        "p_threshold": "0.05",
+    }
     for key, value in promotion.items():
         client.set_model_version_tag(name, "2", f"promotion.{key}", value)
     params = Params(mlflow=MlflowConfig(model_name=name))
 
     versions, champion = registry_entries(params, ours)
-    inputs = ReportInputs({}, {}, [], [], [], "val", [], [], [], mlflow_run_id=ours, versions=versions,
-                          champion=champion)  # fmt: skip
+    inputs = ReportInputs(
+        {}, {}, [], [], [], "val", [], [], [], mlflow_run_id=ours, versions=versions, champion=champion
+    )
     assert model_lines(inputs, name) == [
         "`report-test` v2 (aliases `candidate`): the champion was kept on 2026-12-02: val BLEU 40.10 "
         "against champion v1's 40.90, paired bootstrap p = 0.8100",
         "The champion is v1, another run's model.",
     ]
     versions, champion = registry_entries(params, older)
-    inputs = ReportInputs({}, {}, [], [], [], "val", [], [], [], mlflow_run_id=older, versions=versions,
-                          champion=champion)  # fmt: skip
+    inputs = ReportInputs(
+        {}, {}, [], [], [], "val", [], [], [], mlflow_run_id=older, versions=versions, champion=champion
+    )
     assert model_lines(inputs, name) == [
         "`report-test` v1 (aliases `champion`): promoted to champion on 2026-12-01, the first champion"
     ]

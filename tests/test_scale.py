@@ -39,8 +39,16 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_two_sizes_measure_every_stage_and_their_ratios_into_bench_json(workspace: Path) -> None:
-    argv = ["--sizes", "1000,2000", "--params", str(workspace / "params.yaml"), "--out-dir",
-            str(workspace / "reports"), "--model-override", TINY]  # fmt: skip
+    argv = [
+        "--sizes",
+        "1000,2000",
+        "--params",
+        str(workspace / "params.yaml"),
+        "--out-dir",
+        str(workspace / "reports"),
+        "--model-override",
+        TINY,
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "bench.scale", *argv], cwd=REPO, capture_output=True, text=True, timeout=900
     )

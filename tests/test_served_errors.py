@@ -171,8 +171,16 @@ def test_messages_name_the_problem(client: TestClient) -> None:
         assert client.post("/invocations", content=body, headers=JSON).json()["message"] == message
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/invocations"), ("PUT", "/invocations"),
-                                         ("DELETE", "/invocations"), ("POST", "/ping"), ("GET", "/nope")])  # fmt: skip
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/invocations"),
+        ("PUT", "/invocations"),
+        ("DELETE", "/invocations"),
+        ("POST", "/ping"),
+        ("GET", "/nope"),
+    ],
+)
 def test_a_wrong_method_or_path_gets_one_line_json(client: TestClient, method: str, path: str) -> None:
     response = client.request(method, path)
     assert_clean_error(response.status_code, response.text, range(404, 406))

@@ -125,8 +125,22 @@ def test_load_test_reports_latency_and_throughput_without_errors(server, tmp_pat
     en = ["A man walks in the park.", "Two children play near 5 trees."]
     save_dataset_dict(DatasetDict(val=Dataset.from_dict({"en": en, "de": ["", ""]})), tmp_path / "corpus")
     (tmp_path / "params.yaml").write_text(json.dumps({"download": {"out_dir": str(tmp_path / "corpus")}}))
-    argv = ["--port", str(server), "--clients", "2", "--seconds", "4", "--batch", "1", "--split", "val",
-            "--params", str(tmp_path / "params.yaml"), "--out-dir", str(tmp_path / "reports")]  # fmt: skip
+    argv = [
+        "--port",
+        str(server),
+        "--clients",
+        "2",
+        "--seconds",
+        "4",
+        "--batch",
+        "1",
+        "--split",
+        "val",
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--out-dir",
+        str(tmp_path / "reports"),
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "bench.serve_load", *argv],
         cwd=REPO,

@@ -177,8 +177,10 @@ def test_mlflow_run_has_params_tags_step_metrics_and_test_metrics(tracked):
     pairs, digest = int(run.data.tags["data.pairs"]), run.data.tags["data.digest"]
     assert run.info.run_name == f"dvc repro · {pairs:,} pairs {digest[:6]}" and 0 < pairs <= 500
     assert run.data.tags["summary.steps"] == "60" and "steps" not in run.data.metrics
-    history = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)] for k in
-               ("train/loss", "train/lr", "train/tokens_per_s", "val/loss", "val/greedy_bleu")}  # fmt: skip
+    history = {
+        k: [m.step for m in client.get_metric_history(run.info.run_id, k)]
+        for k in ("train/loss", "train/lr", "train/tokens_per_s", "val/loss", "val/greedy_bleu")
+    }
     assert history["train/loss"] == history["train/lr"] == history["train/tokens_per_s"] == [50]
     assert history["val/loss"] == history["val/greedy_bleu"] == [30, 60]
     for split in ("val", "test_2016_flickr", "test_2017_flickr"):
@@ -243,8 +245,9 @@ def test_a_train_that_refuses_to_start_leaves_the_last_runs_reports(smoke, tmp_p
     kept = [P.train.log_csv, P.train.metrics_json, P.train.facts_json, P.train.run_id_file]
     before = {name: (copy / name).read_bytes() for name in kept}
     with trainer_lock(copy / P.train.out_dir):
-        done = subprocess.run(["dvc", "repro", "-f", "train"], cwd=copy, env=env, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
+        done = subprocess.run(
+            ["dvc", "repro", "-f", "train"], cwd=copy, env=env, capture_output=True, text=True, timeout=600
+        )
     assert done.returncode != 0 and "a training is already running" in done.stdout + done.stderr
     assert {name: (copy / name).read_bytes() for name in kept} == before
 

@@ -206,8 +206,11 @@ def test_run_names_say_trigger_and_data_and_taken_names_are_numbered():
 def test_changes_list_what_differs_and_cut_after_the_limit():
     before = {"train.optim.max_steps": "3200", "data.pairs": "480", "train.model.d_model": "256"}
     after = before | {"train.optim.max_steps": "60", "data.pairs": "500", "train.seed": "1"}
-    assert describe.changes(before, after) == ["data.pairs 480 → 500", "train.optim.max_steps 3200 → 60",
-                                               "train.seed – → 1"]  # fmt: skip
+    assert describe.changes(before, after) == [
+        "data.pairs 480 → 500",
+        "train.optim.max_steps 3200 → 60",
+        "train.seed – → 1",
+    ]
     assert describe.changes(before, after, limit=1) == ["data.pairs 480 → 500", "and 2 more"]
     assert describe.changes(after, after) == []
 
@@ -329,8 +332,11 @@ def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_descrip
     monkeypatch.delenv("MT_RUN_TRIGGER")
     again = run_of("aaaa" * 16, 500)
     names = [run.info.run_name for run in (repro, retrain, again)]
-    assert names == ["dvc repro · 500 pairs aaaaaa", "flow manual 13:05 · 520 pairs bbbbbb",
-                     "dvc repro · 500 pairs aaaaaa (2)"]  # fmt: skip
+    assert names == [
+        "dvc repro · 500 pairs aaaaaa",
+        "flow manual 13:05 · 520 pairs bbbbbb",
+        "dvc repro · 500 pairs aaaaaa (2)",
+    ]
     assert {r.info.run_name for r in client.search_runs([exp_id])} == set(names)
     assert repro.data.tags[COMMIT] == retrain.data.tags[COMMIT]
     assert (repro.data.tags["trigger"], retrain.data.tags["trigger"]) == ("dvc repro", "flow manual 13:05")
@@ -374,8 +380,12 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
     tracker = tracking.start_train_run(tracked_params, tmp_path, "fingerprint", start())
     toy, out = pairs(), tmp_path / "out"
-    cfg = TrainConfig(out_dir=str(out), model_file=str(out / "model.pt"), max_len=TOY_MAX_LEN,
-                      optim=OptimConfig(**TOY_OPTIM | {"max_steps": 8}))  # fmt: skip
+    cfg = TrainConfig(
+        out_dir=str(out),
+        model_file=str(out / "model.pt"),
+        max_len=TOY_MAX_LEN,
+        optim=OptimConfig(**TOY_OPTIM | {"max_steps": 8}),
+    )
     model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
     run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
     with tracking.finishing(tracker):
@@ -406,7 +416,13 @@ def test_loop_names_become_mlflow_sections_of_step_curves(mlflow_db, monkeypatch
     tracker.log_metrics({"val_loss": 1.5, "val_bleu": 12.5}, step=400)
     tracker.log_metrics({"val.bleu": 30.1}, step=0)  # the score stage's final scores keep their names
     assert set(tracker.client.get_run(run_id).data.metrics) == {
-        "train/loss", "train/lr", "train/tokens_per_s", "val/loss", "val/greedy_bleu", "val.bleu"}  # fmt: skip
+        "train/loss",
+        "train/lr",
+        "train/tokens_per_s",
+        "val/loss",
+        "val/greedy_bleu",
+        "val.bleu",
+    }
 
 
 def test_translations_are_logged_with_a_previewable_name(mlflow_db, monkeypatch):
@@ -426,8 +442,16 @@ def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_para
     clear_triggers(monkeypatch)
     monkeypatch.setenv("DVC_STAGE", "train")
     tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
-    tracker.log_summary({"steps": 8, "epochs": 1, "minutes": 0.1, "final_val_bleu": 12.34,
-                         "final_model": "average_last_4", "stopped_by": "max_steps"})  # fmt: skip
+    tracker.log_summary(
+        {
+            "steps": 8,
+            "epochs": 1,
+            "minutes": 0.1,
+            "final_val_bleu": 12.34,
+            "final_model": "average_last_4",
+            "stopped_by": "max_steps",
+        }
+    )
     tracker.finish()
     client = tracker.client
     client.create_registered_model("describe-test")
@@ -446,8 +470,10 @@ def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_para
     logged_model = client.get_logged_model(model_id).tags  # the experiment's Models tab
     assert logged_model["run"] == name and logged_model["registered_as"] == f"describe-test v{version}"
     assert got.description.startswith(f"Trained by run `{name}` at commit `")
-    assert got.description.endswith("on 1,234 pairs (digest `0123456789ab`); final model average_last_4, "
-                                    "greedy val BLEU 12.34. Decoding: beam 5, length penalty 2.2.")  # fmt: skip
+    assert got.description.endswith(
+        "on 1,234 pairs (digest `0123456789ab`); final model average_last_4, "
+        "greedy val BLEU 12.34. Decoding: beam 5, length penalty 2.2."
+    )
 
 
 def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):

@@ -180,10 +180,13 @@ def test_warmup_gate_ends_by_steps_however_slow_the_machine(tmp_path, monkeypatc
     optim = {"max_steps": 6, "val_every": 2, "max_tokens": 400, "warmup_steps": 2, "average_last": 2}
     params = {
         "warmup_data": {"max_number": 999, "n_train": 100, "n_val": 10, "n_test": 10},
-        "warmup_train": {"threshold": 0.0, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
-                         "optim": optim},
+        "warmup_train": {
+            "threshold": 0.0,
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+            "optim": optim,
+        },
         "decode": {"batch_size": 4, "max_len_b": 3},
-    }  # fmt: skip
+    }
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     warmup_data.main()

@@ -48,9 +48,15 @@ def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
     data = pairs(96)
     model = Transformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0), 20, PAD)
     cfg = OptimConfig(
-        seed=3, max_tokens=60, warmup_steps=5, max_steps=max_steps, val_every=4, average_last=2,
-        peak_lr=3e-3, accum_steps=accum_steps,
-    )  # fmt: skip
+        seed=3,
+        max_tokens=60,
+        warmup_steps=5,
+        max_steps=max_steps,
+        val_every=4,
+        average_last=2,
+        peak_lr=3e-3,
+        accum_steps=accum_steps,
+    )
     try:
         train(
             model, data, ToyValidation(data[:16]), cfg, RunContext(out_dir, out_dir / "log.csv", "toy", world)

@@ -196,8 +196,13 @@ class PairFilter:
         return True
 
     def counts(self, n_train: int) -> dict:
-        return {"pairs_read": self.read, "dropped_leak": self.leaks, "dropped_dup": self.dups,
-                "added": self.added, "train_pairs": n_train + self.added}  # fmt: skip
+        return {
+            "pairs_read": self.read,
+            "dropped_leak": self.leaks,
+            "dropped_dup": self.dups,
+            "added": self.added,
+            "train_pairs": n_train + self.added,
+        }
 
 
 def merge(

@@ -44,9 +44,13 @@ def parser() -> argparse.ArgumentParser:
         "--checkpoint", type=Path, default=None, help="model checkpoint (default: from params.yaml)"
     )
     p.add_argument(
-        "--ensemble", type=Path, nargs="+", default=None, metavar="CHECKPOINT",
+        "--ensemble",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="CHECKPOINT",
         help="more checkpoints decoded with --checkpoint, log-probs averaged (default: decode.ensemble)",
-    )  # fmt: skip
+    )
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
     p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
     p.add_argument("--beam-size", type=int, default=None, help="beam size (1 = greedy)")
@@ -54,11 +58,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=None, help="max output pieces = a * source pieces + b")
     p.add_argument("--max-len-b", type=int, default=None, help="see --max-len-a")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per decoding batch")
-    p.add_argument("--n-best", type=int, default=None,
-                   help="print the K best per input: K lines '<input line>\\t<rank>\\t<score>\\t<translation>'")  # fmt: skip
+    p.add_argument(
+        "--n-best",
+        type=int,
+        default=None,
+        help="print the K best per input: K lines '<input line>\\t<rank>\\t<score>\\t<translation>'",
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
-    p.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
-                   help="our PyTorch beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)")  # fmt: skip
+    p.add_argument(
+        "--engine",
+        choices=["torch", "ctranslate2"],
+        default="torch",
+        help="our PyTorch beam search, or a CTranslate2 export (python -m pipeline.ops.export ctranslate2)",
+    )
     p.add_argument(
         "--ct2-dir", type=Path, default=DEFAULT_CT2, help="the CTranslate2 export (--engine ctranslate2)"
     )

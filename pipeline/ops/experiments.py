@@ -36,9 +36,14 @@ SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
 RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
 BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
-    "train.optim.max_minutes", "train.optim.device", "train.optim.precision", "train.optim.threads",
-    "tokenizer.out_dir", "decode.batch_size", *(f"decode.{name}" for name in DecodeConfig.PATHS),
-}  # fmt: skip
+    "train.optim.max_minutes",
+    "train.optim.device",
+    "train.optim.precision",
+    "train.optim.threads",
+    "tokenizer.out_dir",
+    "decode.batch_size",
+    *(f"decode.{name}" for name in DecodeConfig.PATHS),
+}
 
 
 def exp_show(args: list[str]) -> list[dict]:
@@ -197,19 +202,41 @@ def changed(row: dict, baseline: dict | None) -> str:
     return ", ".join(f"{k.removeprefix('train.')}={mine.get(k)}" for k in keys)
 
 
-COLUMNS = ["experiment", "changed", "steps", "epochs", "minutes", "ended by", "target tokens (M)",
-           "final model", "val BLEU", "val BLEU lc-tok", "p vs baseline", "CPU", "note"]  # fmt: skip
+COLUMNS = [
+    "experiment",
+    "changed",
+    "steps",
+    "epochs",
+    "minutes",
+    "ended by",
+    "target tokens (M)",
+    "final model",
+    "val BLEU",
+    "val BLEU lc-tok",
+    "p vs baseline",
+    "CPU",
+    "note",
+]
 
 
 def cells(row: dict, by_name: dict[str, dict]) -> list[str]:
     base = by_name.get(row.get("baseline") or "")
     tokens = row.get("target_tokens")
     values = [
-        row["name"], changed(row, base) or "(baseline)", row.get("steps"), row.get("epochs"),
-        row.get("minutes"), row.get("stopped_by"), f"{tokens / 1e6:.2f}" if tokens else None,
-        row.get("final_model"), row.get("val_bleu"), row.get("val_bleu_lc_tok"),
-        row.get("p_vs_baseline"), row.get("cpu"), row.get("note"),
-    ]  # fmt: skip
+        row["name"],
+        changed(row, base) or "(baseline)",
+        row.get("steps"),
+        row.get("epochs"),
+        row.get("minutes"),
+        row.get("stopped_by"),
+        f"{tokens / 1e6:.2f}" if tokens else None,
+        row.get("final_model"),
+        row.get("val_bleu"),
+        row.get("val_bleu_lc_tok"),
+        row.get("p_vs_baseline"),
+        row.get("cpu"),
+        row.get("note"),
+    ]
     return [f"{v:.2f}" if isinstance(v, float) else ("–" if v in (None, "") else str(v)) for v in values]
 
 
@@ -285,8 +312,11 @@ def plot_curves(rows: list[dict], path: Path = CURVE_FIGURE) -> Path | None:
         ax.plot(tokens, bleu, marker="o", markersize=3, linewidth=1, label=row["name"])
     for level in LEVELS:
         ax.axhline(level, color="grey", linestyle="--", linewidth=0.8)
-    ax.set(title="Greedy val BLEU by training tokens", xlabel="target tokens trained on (M)",
-           ylabel="greedy val BLEU")  # fmt: skip
+    ax.set(
+        title="Greedy val BLEU by training tokens",
+        xlabel="target tokens trained on (M)",
+        ylabel="greedy val BLEU",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", ncols=2)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -298,14 +328,30 @@ def length_penalty_table(rows: list[dict]) -> str:
     swept = [r for r in rows if r.get("length_penalty")]
     if not swept:
         return ""
-    columns = ["experiment", "beam", "α", "val BLEU", "val BLEU lc-tok", "length ratio", "p vs the choice below",
-               "chosen"]  # fmt: skip
+    columns = [
+        "experiment",
+        "beam",
+        "α",
+        "val BLEU",
+        "val BLEU lc-tok",
+        "length ratio",
+        "p vs the choice below",
+        "chosen",
+    ]
     table = []
     for row in swept:
         fig = row["length_penalty"]
         for i, alpha in enumerate(fig["alphas"]):
-            values = [row["name"], fig["beam_size"], alpha, fig["bleu"][i], fig["bleu_lc_tok"][i],
-                      fig["length_ratio"][i], fig["p_vs_choice"][i], "yes" if alpha == fig["chosen"] else ""]  # fmt: skip
+            values = [
+                row["name"],
+                fig["beam_size"],
+                alpha,
+                fig["bleu"][i],
+                fig["bleu_lc_tok"][i],
+                fig["length_ratio"][i],
+                fig["p_vs_choice"][i],
+                "yes" if alpha == fig["chosen"] else "",
+            ]
             table.append(dict(zip(columns, values, strict=True)))
     intro = (
         "Written by `python -m pipeline.ops.length_penalty NAME`: the candidate's model decoded with each "

@@ -31,8 +31,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ct2.add_argument("--checkpoint", type=Path, help="the model (default: params.yaml's train.model_file)")
     ct2.add_argument("--spm", type=Path, help="the SentencePiece model (default: params.yaml's tokenizer)")
     ct2.add_argument("--out", default="models/ct2", help="output directory (replaced)")
-    ct2.add_argument("--register", action="store_true",
-                     help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)")  # fmt: skip
+    ct2.add_argument(
+        "--register",
+        action="store_true",
+        help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)",
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.checkpoint is None or args.spm is None:
         params = load_params()

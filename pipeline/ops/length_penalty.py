@@ -102,8 +102,12 @@ def sweep(name: str, alphas: list[float]) -> dict:
         engine = load_translator(model, spm, pick_device("auto"))
         hyps = {}
         for a in alphas:
-            hyps[a] = translate_lines(engine, val["en"], cfg.model_copy(update={"length_penalty": a}),
-                                      max_pieces=params.train.max_len)  # fmt: skip
+            hyps[a] = translate_lines(
+                engine,
+                val["en"],
+                cfg.model_copy(update={"length_penalty": a}),
+                max_pieces=params.train.max_len,
+            )
             print(f"length_penalty: {name}: alpha {a} decoded")
     figures = step_up(hyps, val[lang], lang, params.promotion.p_threshold, params.promotion.n_samples)
     row["length_penalty"] = figures | {"beam_size": cfg.beam_size}
@@ -127,8 +131,10 @@ def cli(argv: list[str]) -> None:
         raise PipelineError(f"--alphas: a length penalty must be >= 0, got {alphas[0]}")
     fig = sweep(args.name, alphas)
     for i, a in enumerate(fig["alphas"]):
-        print(f"alpha {a}: val BLEU {fig['bleu'][i]} lc-tok {fig['bleu_lc_tok'][i]} "
-              f"length ratio {fig['length_ratio'][i]} p vs the choice below {fig['p_vs_choice'][i]}")  # fmt: skip
+        print(
+            f"alpha {a}: val BLEU {fig['bleu'][i]} lc-tok {fig['bleu_lc_tok'][i]} "
+            f"length ratio {fig['length_ratio'][i]} p vs the choice below {fig['p_vs_choice'][i]}"
+        )
     print(f"length_penalty: {args.name}: chosen alpha {fig['chosen']} -> {ex.RECORD}, {ex.TABLE}")
 
 

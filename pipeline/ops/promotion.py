@@ -100,10 +100,16 @@ def decide(cmp: Comparison, candidate: str, champion: str, p_threshold: float) -
     """The decision on candidate version `candidate` against champion version `champion`, with both
     scores in its message and p unless the scores are equal (`Comparison.equal`)."""
     if cmp.equal():
-        return Decision(False, f"kept champion v{champion} (equal scores: v{candidate} BLEU "
-                               f"{cmp.candidate_bleu:.2f}, champion v{champion} {cmp.champion_bleu:.2f})", cmp)  # fmt: skip
-    scores = f"v{candidate} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion} " \
-             f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"  # fmt: skip
+        return Decision(
+            False,
+            f"kept champion v{champion} (equal scores: v{candidate} BLEU "
+            f"{cmp.candidate_bleu:.2f}, champion v{champion} {cmp.champion_bleu:.2f})",
+            cmp,
+        )
+    scores = (
+        f"v{candidate} BLEU {cmp.candidate_bleu:.2f} vs champion v{champion} "
+        f"{cmp.champion_bleu:.2f}, paired bootstrap p = {cmp.p_value:.4f}"
+    )
     if cmp.candidate_wins(p_threshold):
         return Decision(True, f"promoted: {scores} < {p_threshold}", cmp)
     why = "lower" if cmp.candidate_bleu < cmp.champion_bleu else f"p >= {p_threshold}"
@@ -135,8 +141,11 @@ def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, l
         kept = f"v{champion.version}" if champion is not None else "none"
         return Decision(False, f"kept champion {kept} (candidate v{candidate.version} was rolled back)")
     if champion is not None and champion.run_id == candidate.run_id:
-        return Decision(False, f"kept champion v{champion.version} (candidate v{candidate.version} is the same "
-                               "training run: its logged translations are the candidate's, no paired test)")  # fmt: skip
+        return Decision(
+            False,
+            f"kept champion v{champion.version} (candidate v{candidate.version} is the same "
+            "training run: its logged translations are the candidate's, no paired test)",
+        )
     if champion is None:
         decision = Decision(True, f"promoted: v{candidate.version} is the first champion")
     else:
@@ -144,10 +153,13 @@ def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, l
     tags = {"promotion.decision": "promoted" if decision.promoted else "kept", "promotion.time": _now()}
     if decision.comparison is not None:
         cmp = decision.comparison
-        tags |= {"promotion.champion_version": str(champion.version),
-                 "promotion.bleu_candidate": f"{cmp.candidate_bleu:.4f}",
-                 "promotion.bleu_champion": f"{cmp.champion_bleu:.4f}",
-                 "promotion.p_value": f"{cmp.p_value:.4f}", "promotion.p_threshold": str(cfg.p_threshold)}  # fmt: skip
+        tags |= {
+            "promotion.champion_version": str(champion.version),
+            "promotion.bleu_candidate": f"{cmp.candidate_bleu:.4f}",
+            "promotion.bleu_champion": f"{cmp.champion_bleu:.4f}",
+            "promotion.p_value": f"{cmp.p_value:.4f}",
+            "promotion.p_threshold": str(cfg.p_threshold),
+        }
     if decision.promoted and champion is not None:
         tags[REPLACED_TAG] = str(champion.version)
     _tag(model_name, candidate.version, tags)

@@ -135,8 +135,15 @@ def write_figures(
     """The robustness figures: numbers in `metrics_json` (a DVC metrics file), the failed inputs
     and what broke in `failures_json`."""
     normal, upper_bleu = upper
-    write_json(metrics_json, {"passed": result.passed, "total": result.total,
-                              "uppercase_bleu": upper_bleu, "uppercase_bleu_normal_source": normal})  # fmt: skip
+    write_json(
+        metrics_json,
+        {
+            "passed": result.passed,
+            "total": result.total,
+            "uppercase_bleu": upper_bleu,
+            "uppercase_bleu_normal_source": normal,
+        },
+    )
     write_json(failures_json, [{"input": text, "broke": why} for text, why in result.failed])
 
 

@@ -36,8 +36,19 @@ def served(model_uri: str, env: dict | None = None, startup_s: float = 180) -> I
         PipelineError: the server exited or did not answer within `startup_s` (with its log's end).
     """
     port = free_port()
-    cmd = [sys.executable, "-m", "pipeline.serving.server", "-m", model_uri, "-h", "127.0.0.1",
-           "-p", str(port), "-w", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.serving.server",
+        "-m",
+        model_uri,
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-w",
+        "1",
+    ]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, env=env or os.environ, stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -29,8 +29,19 @@ from pipeline.tracking import runs as tracking
 from pipeline.tracking.runs import repo_root
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the `pipeline` package, logged as code
-PYFUNC_PACKAGES = ("torch", "sentencepiece", "pydantic", "pyyaml", "numpy", "tqdm", "pandas", "sentencex",
-                   "sacremoses", "py3langid", "ctranslate2")  # fmt: skip  # what loading and translating import
+PYFUNC_PACKAGES = (
+    "torch",
+    "sentencepiece",
+    "pydantic",
+    "pyyaml",
+    "numpy",
+    "tqdm",
+    "pandas",
+    "sentencex",
+    "sacremoses",
+    "py3langid",
+    "ctranslate2",
+)  # what loading and translating import
 
 
 def installed(name: str) -> str:
@@ -139,9 +150,12 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             return translate_lines(self.engine, lines, cfg, max_pieces=self.max_len)
         ranked = translate_lines_n_best(self.engine, lines, cfg, n_best, max_pieces=self.max_len)
         return [
-            [{"rank": k, "score": round(score, 4), "translation": text} for k, (text, score) in enumerate(entries, 1)]
+            [
+                {"rank": k, "score": round(score, 4), "translation": text}
+                for k, (text, score) in enumerate(entries, 1)
+            ]
             for entries in ranked
-        ]  # fmt: skip
+        ]
 
 
 def chunks(lines: list[str]) -> list[list[str]]:
@@ -218,8 +232,15 @@ def input_problem(model_input: object) -> str | None:
 def json_kind(value: object) -> str:
     """The JSON name of `value`'s type (`null`, `boolean`, `number`, `string`, `array`, `object`),
     else its Python type's name."""
-    kinds = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
-             list: "array", dict: "object"}  # fmt: skip
+    kinds = {
+        type(None): "null",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }
     return kinds.get(type(value), type(value).__name__)
 
 
@@ -230,8 +251,11 @@ def bad_request(message: str) -> MlflowException:
 def signature_example(decode_cfg: dict) -> tuple[list[str], dict[str, Any]]:
     """The input example logged with the model: a sentence, and every request param at the logged
     config's value (MLflow fills a param a request leaves out from this example)."""
-    return INPUT_EXAMPLE, {"beam_size": int(decode_cfg["beam_size"]),
-                           "length_penalty": float(decode_cfg["length_penalty"]), "n_best": 0}  # fmt: skip
+    return INPUT_EXAMPLE, {
+        "beam_size": int(decode_cfg["beam_size"]),
+        "length_penalty": float(decode_cfg["length_penalty"]),
+        "n_best": 0,
+    }
 
 
 def log_translator(

@@ -122,8 +122,10 @@ def guard(app: FastAPI, max_body_bytes: int = ServeConfig().max_body_bytes) -> F
                 return error_response(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, problem)
             body = await capped_body(request, max_body_bytes)
             if body is None:
-                return error_response(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                                      f"body: over {max_body_bytes:,} bytes (serve.max_body_bytes)")  # fmt: skip
+                return error_response(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"body: over {max_body_bytes:,} bytes (serve.max_body_bytes)",
+                )
             problem = body_problem(body)
             if problem:
                 return error_response(HTTPStatus.BAD_REQUEST, problem)

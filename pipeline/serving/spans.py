@@ -120,6 +120,8 @@ def _names(text: str, is_name: NameRule, taken: list[tuple[int, int]]) -> list[t
     return [
         m.span()
         for m in WORD_RE.finditer(text)
-        if m.group()[0].isupper() and not m.group().isupper() and is_name(m.group())
+        if m.group()[0].isupper()
+        and not m.group().isupper()
+        and is_name(m.group())
         and not inside.intersection(range(*m.span()))
-    ]  # fmt: skip
+    ]

@@ -77,7 +77,7 @@ def run_facts(inputs: ReportInputs, decode: DecodeConfig) -> list[tuple[str, str
             "device",
             f"{s.get('device', '–')} ({s.get('cpu', '–')}), bf16 {s.get('bf16', '–')}, "
             f"{s.get('threads', '–')} threads",
-        ),  # fmt: skip
+        ),
         ("torch", str(s.get("torch", "–"))),
         ("git commit", f"`{inputs.git_commit}`"),
         ("MLflow run id", f"`{inputs.mlflow_run_id}`" if inputs.mlflow_run_id else "not tracked"),
@@ -122,8 +122,10 @@ def promotion_sentence(version: VersionInfo) -> str:
     if "promotion.p_value" not in t:
         return f"{decision} on {when}"
     ours, theirs = float(t["promotion.bleu_candidate"]), float(t["promotion.bleu_champion"])
-    compared = (f"val BLEU {ours:.2f} against champion v{t['promotion.champion_version']}'s {theirs:.2f}, "
-                f"paired bootstrap p = {t['promotion.p_value']}")  # fmt: skip
+    compared = (
+        f"val BLEU {ours:.2f} against champion v{t['promotion.champion_version']}'s {theirs:.2f}, "
+        f"paired bootstrap p = {t['promotion.p_value']}"
+    )
     if decision == "promoted":
         return f"promoted to champion on {when}: {compared} < {t['promotion.p_threshold']}"
     return f"the champion was kept on {when}: {compared}"
