@@ -70,9 +70,11 @@ def real_batches(pairs: list[Pair], optim: OptimConfig, n: int) -> list[list[Pai
 def baseline_step(
     model: nn.Module, opt: torch.optim.Optimizer, bf16: bool, batch: Batch, optim: OptimConfig
 ) -> None:
-    """The trainer's step for a baseline that computes logits at every target position
-    (`nn.Transformer`, the naive style, `AllPositions`): autocast forward, label-smoothed loss per
-    target token, backward, clip, Adam."""
+    """The trainer's step for a baseline that computes logits at every target position.
+
+    Baselines: `nn.Transformer`, the naive style, `AllPositions`. The step: autocast forward,
+    label-smoothed loss per target token, backward, clip, Adam.
+    """
     opt.zero_grad(set_to_none=True)
     with autocast(batch.src.device, bf16):
         logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
@@ -83,9 +85,11 @@ def baseline_step(
 
 
 def step_of(runner: Runner, batch: Batch, optim: OptimConfig) -> Callable[[], object]:
-    """One optimizer step of `runner` on `batch`: our model (compiled or not) takes the trainer's
-    own `pipeline.training.loop.train_step` (logits at non-pad positions only); baselines take
-    `baseline_step`."""
+    """One optimizer step of `runner` on `batch`.
+
+    Our model (compiled or not) takes the trainer's own `pipeline.training.loop.train_step`
+    (logits at non-pad positions only); baselines take `baseline_step`.
+    """
     if type(getattr(runner.model, "_orig_mod", runner.model)) is Transformer:
         run = RunContext(
             Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16, fused_loss=runner.fused_loss
@@ -165,10 +169,11 @@ def make_runners(
     device: torch.device,
     levers: Levers,
 ) -> list[Runner]:
-    """ours, nn_transformer, naive (trainer's precision), ours in the other precision (if
+    """The raced models, each checked to compute ours' function before it moves to `device`.
+
+    They are ours, nn_transformer, naive (trainer's precision), ours in the other precision (if
     `levers.other_precision`), ours with logits at all positions (`AllPositions`), and ours
-    compiled (if `levers.compile`), all checked to compute ours' function on `probe` (CPU
-    tensors: `logit_gaps`) before they move to `device`.
+    compiled (if `levers.compile`); the check runs on `probe` (CPU tensors: `logit_gaps`).
 
     Raises:
         PipelineError: a model does not compute ours' function.
@@ -200,9 +205,11 @@ def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimC
 
 
 def race_lanes(runners: list[Runner], lanes: list[list[Batch]], warmup: int, optim: OptimConfig) -> None:
-    """Runner j trains on `lanes[j]` (lanes of equal length): step i of every runner before step
-    i + 1 of any, the order rotating each step; steps after `warmup` are timed, the first is kept
-    in `first_step`."""
+    """Train runner j on `lanes[j]`, step by step, the order rotating each step.
+
+    Step i of every runner runs before step i + 1 of any (lanes of equal length); steps after
+    `warmup` are timed, the first is kept in `first_step`.
+    """
     pairs = list(zip(runners, lanes, strict=True))
     for i in range(len(lanes[0])):
         k = i % len(pairs)

@@ -198,9 +198,11 @@ def run_device(args: argparse.Namespace) -> torch.device:
 def outputs(
     engine: Engine, batch: list[str], first_line: int, cfg: DecodeConfig, *, n_best: int | None, max_len: int
 ) -> Iterable[str]:
-    """The output of each line of `batch` (input line numbers from `first_line`): its translation,
-    or with `n_best` K lines `<line>\t<rank>\t<score>\t<translation>` (rank from 1, best first;
-    score: the length-normalised log-probability)."""
+    """The output of each line of `batch`, input line numbers counted from `first_line`.
+
+    Each is its translation or, with `n_best` K, K lines `<line>\t<rank>\t<score>\t<translation>`
+    (rank from 1, best first; score: the length-normalised log-probability).
+    """
     if n_best is None:
         return translate_lines(engine, batch, cfg, max_pieces=max_len)
     nbest = translate_lines_n_best(engine, batch, cfg, n_best, max_pieces=max_len)

@@ -38,9 +38,11 @@ class Stage:
 
 
 def merge_params(base: Mapping, over: Mapping) -> dict:
-    """A deep copy of `base` with `over` merged in: where both values are mappings they merge key by
-    key, any other value of `over` (a scalar, a list, None, a mapping over a non-mapping) replaces
-    `base`'s. Neither argument is changed."""
+    """A deep copy of `base` with `over` merged in; neither argument is changed.
+
+    Where both values are mappings they merge key by key; any other value of `over` (a scalar, a
+    list, None, a mapping over a non-mapping) replaces `base`'s.
+    """
     out = copy.deepcopy(dict(base))
     for key, value in over.items():
         both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
@@ -114,9 +116,10 @@ def interpolate(text: str, params: Mapping) -> str:
 
 
 def entries(items: list | None, params: Mapping, field: str) -> tuple[str, ...]:
-    """A stage's `deps`/`outs`/`metrics`/`plots`/`params` list as interpolated strings (an entry is
-    a string, or a one-key mapping of a path to its options; under `params`, a mapping of another
-    params file to its keys gives `file:key` each).
+    """A stage's `deps`/`outs`/`metrics`/`plots`/`params` list as interpolated strings.
+
+    An entry is a string, or a one-key mapping of a path to its options; under `params`, a mapping
+    of another params file to its keys gives `file:key` each.
 
     Raises:
         ConfigError: an entry is neither, or its interpolation fails.

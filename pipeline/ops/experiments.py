@@ -271,9 +271,11 @@ def with_curves(rows: list[dict]) -> list[dict]:
 
 
 def curve_table(rows: list[dict]) -> str:
-    """Greedy val BLEU at each validation against the target tokens trained on by then (the
-    candidate's mean tokens per step times the step), one line per candidate with a curve, with
-    the tokens at which it first reached each of `LEVELS`."""
+    """The Markdown table of greedy val BLEU by the target tokens trained on, one line per candidate.
+
+    Tokens at a validation are the candidate's mean tokens per step times the step; each line also
+    says at how many tokens it first reached each of `LEVELS`. "" when no candidate has a curve.
+    """
     curved = with_curves(rows)
     if not curved:
         return ""

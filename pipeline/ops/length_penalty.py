@@ -27,10 +27,11 @@ ALPHAS = (1.0, 1.2, 1.4, 1.6, 1.8)
 def step_up(
     hyps: dict[float, list[str]], refs: list[str], lang: str, p_threshold: float, n_samples: int
 ) -> dict:
-    """Scores of each α's val translations and the α chosen by stepping up: from the smallest α,
-    each larger one replaces the choice so far when its val BLEU is higher with paired-bootstrap p
-    below `p_threshold` against that choice (against the choice, not the neighbour, so a fine grid
-    of small steps can still add up to a significant gain).
+    """Score each α's val translations and choose α by stepping up.
+
+    From the smallest α, each larger one replaces the choice so far when its val BLEU is higher
+    with paired-bootstrap p below `p_threshold` against that choice (against the choice, not the
+    neighbour, so a fine grid of small steps can still add up to a significant gain).
 
     Returns `{"alphas", "bleu", "bleu_lc_tok", "length_ratio", "p_vs_choice", "chosen"}`: lists in
     increasing α; `p_vs_choice[i]` is α i against the choice among the smaller α (None for the

@@ -93,9 +93,12 @@ def error_response(status: int, message: str, error_code: str | None = None) -> 
 
 
 def one_line(status: int, body: bytes) -> tuple[str, str | None]:
-    """(message, error code) of an error answer `body`: its JSON `message` or `detail`, or its
-    text, cut to its last part after MLflow's `Failed to predict data '...'. \\nError: `, to one
-    line and to `MAX_MESSAGE` characters; a 5xx gets `INTERNAL` instead (for a 504 its own)."""
+    """(message, error code) of an error answer `body`, as one line.
+
+    The message is its JSON `message` or `detail`, or its text, cut to its last part after MLflow's
+    `Failed to predict data '...'. \\nError: `, to one line and to `MAX_MESSAGE` characters; a 5xx
+    gets `INTERNAL` instead (for a 504 its own).
+    """
     try:
         answer = json.loads(body)
     except ValueError:
@@ -110,9 +113,10 @@ def one_line(status: int, body: bytes) -> tuple[str, str | None]:
 
 
 def guard(app: FastAPI, max_body_bytes: int = ServeConfig().max_body_bytes) -> FastAPI:
-    """`app` (MLflow's scoring app) with its requests checked and its error answers made one line
-    of JSON (see the module docstring); returns `app`. A body over `max_body_bytes` gets a 413
-    without being read to its end."""
+    """`app` (MLflow's scoring app) with its requests checked and its error answers one line of JSON.
+
+    Returns `app`. A body over `max_body_bytes` gets a 413 without being read to its end.
+    """
 
     @app.middleware("http")
     async def one_line_errors(request: Request, call_next) -> Response:
