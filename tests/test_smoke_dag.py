@@ -219,7 +219,8 @@ def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
 
 
 def test_flow_skips_unchanged_stages_and_promotes(smoke, tracked, harness, monkeypatch):
-    from pipeline.ops.flow import pipeline_flow, stage_names
+    from pipeline.ops.flow.dvc_calls import stage_names
+    from pipeline.ops.flow.tasks import pipeline_flow
 
     work, env, _ = smoke
     monkeypatch.setenv("PATH", env["PATH"])
@@ -253,7 +254,7 @@ def test_a_train_that_refuses_to_start_leaves_the_last_runs_reports(smoke, tmp_p
 
 
 def test_flow_fails_with_the_stage_error(smoke, harness, monkeypatch, tmp_path):
-    from pipeline.ops.flow import pipeline_flow
+    from pipeline.ops.flow.tasks import pipeline_flow
 
     work, env, _ = smoke
     broken = tmp_path / "repo"

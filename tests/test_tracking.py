@@ -527,7 +527,7 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
 
 def test_flow_stage_order_is_a_topological_order_of_the_dag():
     from pipeline.ops.dag import producers, read_dag
-    from pipeline.ops.flow import stage_names
+    from pipeline.ops.flow.dvc_calls import stage_names
 
     stages = read_dag(REPO)
     order = stage_names(REPO)
