@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_translator import model_flags
 from toy_train import pairs, toy_run
 
 from pipeline.core.config import ModelConfig, Params, TokenizerConfig
@@ -275,10 +276,7 @@ def test_beam_wider_than_the_vocabulary(random_translator_files, tmp_path, capsy
     params = tmp_path / "wide_beam.yaml"
     params.write_text(f"decode:\n  beam_size: {size - 1}\n")
     argv = [
-        "--checkpoint",
-        str(random_translator_files["ckpt"]),
-        "--spm",
-        str(random_translator_files["spm"]),
+        *model_flags(random_translator_files),
         "--params",
         str(params),
         "A dog.",

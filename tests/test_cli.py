@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from tiny_translator import ROBUSTNESS_TABLE
+from tiny_translator import ROBUSTNESS_TABLE, model_flags
 
 from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.errors import CheckpointError, ConfigError
@@ -78,7 +78,7 @@ def test_uppercase_bleu_is_computed(loaded: TorchEngine) -> None:
 
 
 def cli(files: Mapping[str, Path], *args: str) -> list[str]:
-    argv = ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"]), *decode_flags(CFG), *args]
+    argv = [*model_flags(files), *decode_flags(CFG), *args]
     translate_main(argv)
     return []
 
@@ -170,40 +170,14 @@ def test_ctranslate2_engine_gives_our_greedy_output(tiny_translator_files, loade
     lines = ["A man walks in the park.", "Two children play near 5 trees. A dog walks.", "🙂"]
     greedy_cfg = CFG.model_copy(update={"beam_size": 1})
     argv = [
-        "--checkpoint",
-        str(tiny_translator_files["ckpt"]),
-        "--spm",
-        str(tiny_translator_files["spm"]),
+        *model_flags(tiny_translator_files),
         *decode_flags(greedy_cfg),
     ]
-    translate_main(
-        [
-            *argv,
-            "--engine",
-            "ctranslate2",
-            "--ct2-dir",
-            str(tmp_path / "ct2"),
-            "--compute-type",
-            "float32",
-            *lines,
-        ]
-    )
+    ct2 = [*argv, "--engine", "ctranslate2", "--ct2-dir", str(tmp_path / "ct2"), "--compute-type", "float32"]
+    translate_main([*ct2, *lines])
     out = capsys.readouterr().out.split("\n")[:-1]
     assert out == translate_lines(loaded, lines, greedy_cfg)
-    translate_main(
-        [
-            *argv,
-            "--engine",
-            "ctranslate2",
-            "--ct2-dir",
-            str(tmp_path / "ct2"),
-            "--compute-type",
-            "float32",
-            "--n-best",
-            "1",
-            lines[0],
-        ]
-    )
+    translate_main([*ct2, "--n-best", "1", lines[0]])
     _, _, score, text = capsys.readouterr().out.rstrip("\n").split("\t")
     ours_text, ours_score = translate_lines_n_best(loaded, [lines[0]], greedy_cfg, 1)[0][0]
     assert text == ours_text and float(score) == pytest.approx(ours_score, abs=0.01)  # close, not bit-equal
@@ -220,10 +194,7 @@ def translate_process(files: Mapping[str, Path], tmp_path: Path, stdin) -> subpr
         "-m",
         "pipeline",
         "translate",
-        "--checkpoint",
-        str(files["ckpt"]),
-        "--spm",
-        str(files["spm"]),
+        *model_flags(files),
         "--params",
         str(params),
         "--beam-size",

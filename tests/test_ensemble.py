@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_translator import model_flags
 
 from pipeline.core.config import DecodeConfig, ModelConfig
 from pipeline.core.errors import ConfigError
@@ -77,10 +78,7 @@ def test_one_checkpoint_is_todays_engine_and_an_ensemble_of_it_translates_alike(
 
 def test_the_cli_refuses_what_an_ensemble_cannot_do(tiny_translator_files, tmp_path) -> None:
     argv = [
-        "--checkpoint",
-        str(tiny_translator_files["ckpt"]),
-        "--spm",
-        str(tiny_translator_files["spm"]),
+        *model_flags(tiny_translator_files),
         "--ensemble",
         str(tiny_translator_files["ckpt"]),
     ]

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from tiny_translator import model_flags
 
 from pipeline.core.config import DecodeConfig
 from pipeline.ops.cli import main as translate_main
@@ -100,7 +101,7 @@ def test_mt_translate_copies_a_200k_character_word_and_draws_a_line_that_fits(
 ) -> None:
     png = tmp_path / "attention.png"
     monkeypatch.setattr("sys.stdin", io.StringIO(f"{WORD}\nA man walks in the park.\n"))
-    files = ["--checkpoint", str(tiny_translator_files["ckpt"]), "--spm", str(tiny_translator_files["spm"])]
+    files = model_flags(tiny_translator_files)
     translate_main([*files, *SHORT_FLAGS, "--attention", str(png)])
     out, err = capsys.readouterr()
     first, second = out.splitlines()

@@ -26,6 +26,11 @@ DE = "ein Mann | zwei Kinder | eine Frau | ein Hund | drei Leute | die Menge".sp
 VERB = [("walks in the park", "geht im Park"), ("plays near 5 trees", "spielt bei 5 Bäumen")]
 
 
+def model_flags(files) -> list[str]:
+    """`mt-translate`'s flags for the model and tokenizer in `files` (keys "ckpt" and "spm")."""
+    return ["--checkpoint", str(files["ckpt"]), "--spm", str(files["spm"])]
+
+
 def pairs() -> list[tuple[str, str]]:
     out = [
         (f"{e.capitalize()} {ve}.", f"{d.capitalize()} {vd}.")

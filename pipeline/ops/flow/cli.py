@@ -62,10 +62,10 @@ def rollback_champion(repo: Path = REPO) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The command line: `run`, `serve` and `rollback`."""
-    parser = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(
         prog="python -m pipeline.ops.flow", description="The DVC pipeline as a Prefect flow, for retraining."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True)
     once = sub.add_parser("run", help="run the flow once (ephemeral local Prefect)")
     once.add_argument("--force", action="store_true", help="rerun every stage")
     once.add_argument("--recheck-data", action="store_true", help="force the download stage")
@@ -79,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
         help="a run due while one runs: cancel it (skip, default) or queue it (wait)",
     )
     sub.add_parser("rollback", help="move champion back to the version it replaced")
-    return parser
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:
