@@ -278,3 +278,29 @@ def test_loss_check_compares_curves_step_by_step() -> None:
     assert got["mean_abs_step_change_off"] == pytest.approx(2.5 / 3, abs=1e-3)
     assert got["mean_loss_last_off"] == pytest.approx(1.25, abs=1e-3)
     assert got["mean_loss_last_on"] == pytest.approx(1.2, abs=1e-3)
+
+
+def test_data_parallel_races_two_one_thread_processes_against_one(workspace: Path) -> None:
+    args = ["--configs", "default", "--rounds", "2", "--steps", "1", "--warmup", "1"]
+    bench("bench.data_parallel", *common_args(workspace, "data_parallel"), *args)
+    rows = json.loads((workspace / "data_parallel" / "bench.json").read_text())["data_parallel_detail"]
+    assert [(row["lane"], row["processes x threads"]) for row in rows] == [
+        ("one_process", "1 x 2"),
+        ("data_parallel", "2 x 1"),
+    ]
+    assert rows[0]["vs_one_process"] == 1.0
+    assert all(row["tok_s"] > 0 for row in rows)
+
+
+def test_data_parallel_deals_the_same_tokens_per_step() -> None:
+    from bench.data_parallel import rank_updates, tokens, updates
+    from pipeline.core.config import OptimConfig
+
+    rows = [([1] * (3 + i % 7), [2] * (4 + i % 5)) for i in range(2000)]
+    even = OptimConfig(max_tokens=60, accum_steps=2)
+    assert rank_updates(rows, even, 5, ranks=2) == updates(rows, even, 5)  # the micro-batches dealt out
+    odd = OptimConfig(max_tokens=400, accum_steps=1)
+    halves = rank_updates(rows, odd, 5, ranks=2)
+    assert all(len(u) == 2 for u in halves)
+    one, two = sum(map(tokens, updates(rows, odd, 5))), sum(map(tokens, halves))
+    assert abs(one - two) / one < 0.1
