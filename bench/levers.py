@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from bench.common import (
     WU_TINY,
@@ -24,10 +27,11 @@ from bench.common import (
     sig,
     table,
 )
-from bench.train_speed import Runner, make_batch, matmul_peaks, race_lanes, real_batches
+from bench.train_speed import Batch, Runner, make_batch, matmul_peaks, race_lanes, real_batches
 from pipeline.core.config import with_updates
 from pipeline.core.device import setup
 from pipeline.core.errors import ConfigError, run_main
+from pipeline.model import transformer
 from pipeline.model.flops import train_step_flops
 from pipeline.model.transformer import Transformer
 from pipeline.training.loop import encode_pairs, make_optimizer
@@ -43,6 +47,8 @@ class Lane:
     name: str
     fused_loss: bool
     fused_adam: bool
+    fused_attention: bool = False  # the fused CPU attention kernel in place of the explicit math
+    bucket: int = 1  # batch lengths padded up to a multiple of this (fewer distinct shapes)
 
 
 LANES = (
@@ -50,7 +56,40 @@ LANES = (
     Lane("fused_loss", True, False),
     Lane("fused_adam", False, True),
     Lane("after", True, True),
+    Lane("fused_attention", True, False, fused_attention=True),
+    Lane("buckets_16", True, False, bucket=16),
 )
+TRAINER = "fused_loss"  # the lane that steps as the trainer does
+
+
+def fused_cpu_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0
+) -> Tensor:
+    """`F.scaled_dot_product_attention` on every device (the model uses it on CUDA only)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+@contextmanager
+def fused_attention() -> Iterator[None]:
+    """The model's attention replaced by the fused kernel while the block runs."""
+    explicit = transformer.attention
+    transformer.attention = fused_cpu_attention
+    try:
+        yield
+    finally:
+        transformer.attention = explicit
+
+
+def bucketed(batch: Batch, pad_id: int, bucket: int) -> Batch:
+    """`batch` with its source and target lengths padded up to a multiple of `bucket` (the
+    padding is masked, so the loss is the same)."""
+    if bucket == 1:
+        return batch
+
+    def grow(t: Tensor) -> Tensor:
+        return F.pad(t, (0, -t.size(1) % bucket), value=pad_id)
+
+    return batch._replace(src=grow(batch.src), tgt_in=grow(batch.tgt_in), tgt_out=grow(batch.tgt_out))
 
 
 def race_config(name, cfg, optim, *, pairs, ids, vocab, device, bf16, steps, warmup, peak) -> list[dict]:
@@ -64,12 +103,16 @@ def race_config(name, cfg, optim, *, pairs, ids, vocab, device, bf16, steps, war
     for lane in LANES:
         model = copy.deepcopy(first).train()
         opt = make_optimizer(model, optim, fused=lane.fused_adam)
-        runners.append(Runner(lane.name, model, bf16, opt, fused_loss=lane.fused_loss))
-    race_lanes(runners, [batches] * len(runners), warmup, optim)
+        around = fused_attention if lane.fused_attention else nullcontext
+        runners.append(Runner(lane.name, model, bf16, opt, fused_loss=lane.fused_loss, around_step=around))
+    race_lanes(
+        runners, [[bucketed(b, ids[0], lane.bucket) for b in batches] for lane in LANES], warmup, optim
+    )
     timed_batches = batches[warmup:]
     tokens = sum(b.tokens for b in timed_batches)
     flops = sum(train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches)
     before = runners[0].seconds
+    trainer = next(r for r in runners if r.name == TRAINER).seconds
     return [
         {
             "config": name,
@@ -79,6 +122,7 @@ def race_config(name, cfg, optim, *, pairs, ids, vocab, device, bf16, steps, war
             "ms_per_step": sig(1e3 * median(r.seconds)),
             "tok_s": sig(tokens / sum(r.seconds)),
             "vs_before": sig(median([b / s for b, s in zip(before, r.seconds, strict=True)])),
+            "vs_trainer": sig(median([t / s for t, s in zip(trainer, r.seconds, strict=True)])),
             "mfu": sig(flops / sum(r.seconds) / 1e9 / peak),
         }
         for r in runners

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -116,6 +117,7 @@ class Runner:
     first_step: float = 0.0  # the untimed first step (compilation, for a compiled model)
     logit_gap: float | None = None  # largest |logit - ours'| on the probe batch (None: not checked)
     fused_loss: bool = True  # ours: the loss fused with the vocabulary projection (the trainer's way)
+    around_step: Callable[[], AbstractContextManager] = nullcontext  # entered for each of its steps
 
 
 @dataclass
@@ -214,7 +216,8 @@ def race_lanes(runners: list[Runner], lanes: list[list[Batch]], warmup: int, opt
     for i in range(len(lanes[0])):
         k = i % len(pairs)
         for r, lane in pairs[k:] + pairs[:k]:
-            seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
+            with r.around_step():
+                seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
             if i >= warmup:
                 r.seconds.append(seconds)
             elif i == 0:

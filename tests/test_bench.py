@@ -263,8 +263,9 @@ def test_levers_race_each_lever_against_all_off(workspace: Path) -> None:
     args = ["--configs", "default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
     bench("bench.levers", *common_args(workspace, "levers"), *args)
     rows = json.loads((workspace / "levers" / "bench.json").read_text())["levers_detail"]
-    assert [row["lane"] for row in rows] == ["before", "fused_loss", "fused_adam", "after"]
-    assert rows[0]["vs_before"] == 1.0
+    lanes = ["before", "fused_loss", "fused_adam", "after", "fused_attention", "buckets_16"]
+    assert [row["lane"] for row in rows] == lanes
+    assert rows[0]["vs_before"] == 1.0 and rows[1]["vs_trainer"] == 1.0
     assert all(row["tok_s"] > 0 and row["mfu"] > 0 for row in rows)
 
 
@@ -304,3 +305,29 @@ def test_data_parallel_deals_the_same_tokens_per_step() -> None:
     assert all(len(u) == 2 for u in halves)
     one, two = sum(map(tokens, updates(rows, odd, 5))), sum(map(tokens, halves))
     assert abs(one - two) / one < 0.1
+
+
+def test_levers_buckets_pad_with_masked_positions_only() -> None:
+    from bench.levers import bucketed
+    from bench.train_speed import make_batch
+
+    batch = make_batch([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])], (0, 1, 2), torch.device("cpu"))
+    grown = bucketed(batch, 0, 16)
+    assert grown.src.shape == (2, 16) and grown.tgt_in.shape == grown.tgt_out.shape == (2, 16)
+    assert torch.equal(grown.src[:, : batch.src.size(1)], batch.src) and int(grown.src[:, 4:].abs().sum()) == 0
+    assert int((grown.tgt_out != 0).sum()) == int((batch.tgt_out != 0).sum())
+
+
+def test_levers_fused_attention_lane_swaps_the_kernel_back() -> None:
+    from bench.levers import fused_attention, fused_cpu_attention
+    from pipeline.model import transformer
+
+    explicit = transformer.attention
+    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    mask = torch.rand(2, 1, 3, 5) > 0.3
+    mask[..., 0] = True
+    with fused_attention():
+        assert transformer.attention is fused_cpu_attention
+        fused = transformer.attention(q, k, v, mask)
+    assert transformer.attention is explicit
+    assert torch.allclose(fused, explicit(q, k, v, mask), atol=1e-5)
