@@ -74,6 +74,20 @@ def test_params_per_request(logged, monkeypatch) -> None:
             model.predict(["A dog."], params=params)
 
 
+def test_a_registered_model_is_served_from_a_copy_of_its_own(logged, monkeypatch) -> None:
+    from pipeline.serving.server import local_copy
+
+    model_uri, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    store = Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+    for meta in store.rglob("registered_model_meta"):  # written by load_model in the other tests
+        meta.unlink()
+    folder = Path(local_copy(model_uri))
+    assert (folder / "MLmodel").is_file() and (folder / "registered_model_meta").is_file()
+    assert not folder.is_relative_to(store) and not list(store.rglob("registered_model_meta"))
+    assert local_copy(str(folder)) == str(folder)
+
+
 @pytest.fixture(scope="module")
 def server(logged):
     """A real server process of the logged model on 127.0.0.1 (one worker); its port."""

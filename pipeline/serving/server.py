@@ -7,9 +7,12 @@ MLflow reads it and makes every error one line of JSON (docs/tracking-and-servin
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
+import tempfile
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -152,12 +155,30 @@ def set_header(request: Request, name: bytes, value: bytes) -> None:
     request.scope["headers"] = [(k, value if k == name else v) for k, v in request.scope["headers"]]
 
 
+def local_copy(model_uri: str) -> str:
+    """The folder to load `model_uri` from: a registry URI (`models:/...`) is downloaded into a
+    folder of this process's own, removed at exit; anything else is returned as it is.
+
+    Why: for a model in a local artifact store MLflow loads from the store's folder itself and
+    writes its `registered_model_meta` there, into another checkout's `mlartifacts/` when the
+    database was copied from one.
+    """
+    if not model_uri.startswith("models:/"):
+        return model_uri
+    import mlflow
+
+    folder = tempfile.mkdtemp(prefix="mt-serve-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
+
+
 def create_app() -> FastAPI:
     """The guarded scoring app of the model named by `$MT_SERVE_MODEL_URI` (a uvicorn factory: each
-    worker loads the model once). MLflow's `SERVING_MODEL_CONFIG` overrides its model config."""
+    worker loads the model once, from `local_copy`). MLflow's `SERVING_MODEL_CONFIG` overrides its
+    model config."""
     from mlflow.pyfunc import scoring_server
 
-    model = scoring_server.load_model_with_mlflow_config(os.environ[MODEL_URI_ENV])
+    model = scoring_server.load_model_with_mlflow_config(local_copy(os.environ[MODEL_URI_ENV]))
     return guard(scoring_server.init(model), model.unwrap_python_model().limits.max_body_bytes)
 
 
