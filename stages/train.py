@@ -22,8 +22,7 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
 from pipeline.tracking import runs as tracking
-from pipeline.training import checkpoint, distributed, shadow, stopping, warm_start
-from pipeline.training import loop as training
+from pipeline.training import checkpoint, distributed, final_model, loop, shadow, stopping, warm_start
 
 
 def main() -> None:
@@ -43,13 +42,13 @@ def main() -> None:
             tgt = params.download.tgt_lang
             val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
             pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
-            bleu = training.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
-            model = training.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
+            bleu = loop.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
+            model = loop.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
             init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
-            run = training.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
+            run = loop.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
                                       device=device, bf16=bf16, init_from=init_from,
                                       spm_sha256=model_sha256(spm_model))  # fmt: skip
-            fingerprint = checkpoint.fingerprint(training.run_identity(model, cfg.optim, run))
+            fingerprint = checkpoint.fingerprint(loop.run_identity(model, cfg.optim, run))
             if world.is_main and (step := shadow.restore(run.out_dir, fingerprint)) is not None:
                 copy = shadow.shadow_dir(run.out_dir)
                 print(f"{run.out_dir}: restored at step {step} from {copy} (DVC had reset the folder)")
@@ -57,9 +56,9 @@ def main() -> None:
                 start = tracking.TrainStart(run.data_id, len(pairs), str(device), init_from)
                 run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, start)
             with tracking.finishing(run.tracker):
-                progress = training.train(model, pairs, bleu, cfg.optim, run)
+                progress = loop.train(model, pairs, bleu, cfg.optim, run)
                 if world.is_main:
-                    metrics, facts = training.save_final_model(model, progress, bleu, cfg, run)
+                    metrics, facts = final_model.save_final_model(model, progress, bleu, cfg, run)
                     facts["train_pairs"] = len(pairs)
                     for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
                         write_json(path, content)

@@ -21,7 +21,8 @@ from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.warmup import WarmupVocab, encode
 from pipeline.training import checkpoint
-from pipeline.training.loop import RunContext, new_model, stopped_by, summary, train
+from pipeline.training.final_model import stopped_by, summary
+from pipeline.training.loop import RunContext, new_model, train
 from pipeline.training.validation import Validation, exact_match
 
 

@@ -314,7 +314,9 @@ def test_levers_buckets_pad_with_masked_positions_only() -> None:
     batch = make_batch([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])], (0, 1, 2), torch.device("cpu"))
     grown = bucketed(batch, 0, 16)
     assert grown.src.shape == (2, 16) and grown.tgt_in.shape == grown.tgt_out.shape == (2, 16)
-    assert torch.equal(grown.src[:, : batch.src.size(1)], batch.src) and int(grown.src[:, 4:].abs().sum()) == 0
+    assert (
+        torch.equal(grown.src[:, : batch.src.size(1)], batch.src) and int(grown.src[:, 4:].abs().sum()) == 0
+    )
     assert int((grown.tgt_out != 0).sum()) == int((batch.tgt_out != 0).sum())
 
 

@@ -23,7 +23,8 @@ from pipeline.core.errors import PipelineError
 from pipeline.model.transformer import Transformer
 from pipeline.tracking import describe, registry
 from pipeline.tracking import runs as tracking
-from pipeline.training.loop import RunContext, save_final_model, train
+from pipeline.training.final_model import save_final_model
+from pipeline.training.loop import RunContext, train
 from pipeline.training.progress import ConsoleProgress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,11 +36,13 @@ TRIGGER_VARS = ("MT_RUN_TRIGGER", "DVC_EXP_NAME", "DVC_STAGE")
 
 
 def test_a_tracking_server_that_is_down_fails_in_seconds_with_one_line(monkeypatch):
+    import mlflow  # noqa: F401  (imported first: on a busy machine the import alone can take seconds)
+
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # port 9: nothing listens
     started = time.monotonic()
     with pytest.raises(PipelineError) as info:
         tracking.client()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 10  # MLflow's own retries take minutes
     message = str(info.value)
     assert "\n" not in message and message.startswith(
         "MLFLOW_TRACKING_URI=http://127.0.0.1:9: no tracking server"

@@ -18,7 +18,7 @@ from pipeline.core.config import OptimConfig, TrainConfig
 from pipeline.core.errors import PipelineError, Stopped
 from pipeline.model import transformer
 from pipeline.model.transformer import Transformer
-from pipeline.training import checkpoint
+from pipeline.training import checkpoint, final_model
 from pipeline.training import loop as train_module
 from pipeline.training.loop import RunContext, label_smoothed_loss, run_identity
 
@@ -211,7 +211,7 @@ def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
     )
     validation = ToyValidation(data[:16])
     progress = train_module.train(model, data, validation, cfg.optim, run)
-    train_module.save_final_model(model, progress, validation, cfg, run)
+    final_model.save_final_model(model, progress, validation, cfg, run)
     for name in ("best.pt", "step0000008.pt", "last.pt", "final.pt"):
         assert checkpoint.load(tmp_path / name)[checkpoint.TOKENIZER_KEY] == digest, name
 
@@ -265,7 +265,7 @@ def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
 )
 def test_the_facts_name_the_budget_that_ended_a_run(step, bad, expected):
     cfg = OptimConfig(**TOY_OPTIM, patience=3)
-    assert train_module.stopped_by(train_module.Progress(step=step, bad_validations=bad), cfg) == expected
+    assert final_model.stopped_by(train_module.Progress(step=step, bad_validations=bad), cfg) == expected
 
 
 def test_a_run_reset_by_dvc_continues_from_its_shadow_copy(tmp_path, losses):

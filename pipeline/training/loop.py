@@ -1,33 +1,12 @@
-"""The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`.
-
-Label-smoothed cross-entropy, Adam with a warm-up schedule (inverse square root as in Vaswani et
-al. 2017, §5.3-5.4, or a linear / cosine decay to zero at `max_steps`:
-`pipeline.training.schedule`), gradient clipping and accumulation, bf16 autocast where it pays,
-and optionally an exponential moving average of the weights (`ema_decay`,
-`pipeline.training.ema`). Every `val_every` steps rank 0 validates and writes `best.pt` (when val
-improved), `step<N>.pt` (the last `average_last` kept for the final average; both weights only)
-and `last.pt` (weights, optimizer, RNG, data position, the weight average: what continues the run
-exactly). Training stops at the first of `max_steps`, `max_minutes` (wall clock, validation
-included) and `patience` validations without a better score. A run first deletes the temp files
-that a write killed midway left in its checkpoint folder (`pipeline.core.io.remove_stale_temps`).
-
-A run continues from `last.pt` when its identity (`run_identity`: model, data, optimizer,
-schedule, seed, batching, precision, processes) is unchanged. Budgets are not part of it:
-raising `max_minutes` or `max_steps` continues a finished run where it stopped (with a decaying
-schedule, raising `max_steps` stretches the decay from there on). `max_steps` is the budget that
-makes a run the same on every machine; `max_minutes` is a safety cap (the facts say which ended it).
-
-Under `torchrun` (see `pipeline.training.distributed`) the model is wrapped in DistributedDataParallel:
-each optimizer step takes the next `accum_steps × world size` batches of the seeded order and
-rank r trains on every world-size-th of them, so the step is the one a single process would take
-with `accum_steps × world size` micro-batches. Rank 0 alone validates, decides when to stop
-(broadcast to all), and writes checkpoints, the log, tracking records and progress output.
+"""The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`:
+label-smoothed cross-entropy, Adam on a warm-up schedule, clipping and accumulation, bf16 autocast
+where it pays, a validation and checkpoints every `val_every` steps, the budgets, continuing from
+`last.pt`, and DDP under torchrun. The recipe and its reasons: docs/training.md, docs/distributed.md.
 """
 
 from __future__ import annotations
 
 import math
-import platform
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -41,11 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TrainConfig
-from pipeline.core.device import autocast, cpu_name
+from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
+from pipeline.core.device import autocast
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_path, remove_stale_temps
-from pipeline.core.metrics import score as sacrebleu
+from pipeline.core.metrics import score
 from pipeline.data.batching import Pair, batch_order, collate
 from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
@@ -135,23 +114,7 @@ def train(
     console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
     window = Window()
     threads = threads_for_load(cfg, run)
-
-    def validation_point(lr: float) -> None:  # rank 0: validate, log, save the checkpoints
-        progress.wall_seconds = time.time() - started
-        metrics = validate(model)
-        row = dict(step=progress.step, epoch=progress.epoch, train_loss=window.loss(), **metrics, lr=lr,
-                   tokens_per_s=window.tokens_per_second(), wall_seconds=round(progress.wall_seconds, 1))  # fmt: skip
-        progress.log.append(row)
-        console.line(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-        run.tracker.log_metrics(metrics, progress.step)
-        improved = metrics[validate.metric_name] > progress.best_score
-        if improved:
-            progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
-        else:
-            progress.bad_validations += 1
-        save_checkpoints(model, optimizer, ema, progress, improved, identity, cfg.average_last, run)
-        write_log(progress.log, run.log_csv)
-        window.reset()
+    state = TrainState(optimizer, ema, identity, started, window, console)
 
     lr = lr_at(progress.step, cfg)
     try:
@@ -179,7 +142,7 @@ def train(
                 if world.is_main and progress.step % LOG_EVERY == 0:
                     run.tracker.log_metrics(stats, progress.step)
                 if world.is_main and progress.step % cfg.val_every == 0:
-                    validation_point(lr)
+                    validation_point(model, validate, progress, state, cfg=cfg, run=run, lr=lr)
     finally:
         console.close()  # before any error message, so it gets a line of its own
     if world.rank0_says(bool(stop_request)):  # a signal: save where the run stands, then stop
@@ -189,10 +152,63 @@ def train(
             write_log(progress.log, run.log_csv)
         raise stop_request.stopped(progress.step)
     if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
-        validation_point(lr)  # the final weights, once
+        validation_point(model, validate, progress, state, cfg=cfg, run=run, lr=lr)  # the final weights, once
     if world.is_main:
         write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
     return progress
+
+
+@dataclass
+class TrainState:
+    """What a run keeps beside the model and its progress: the optimizer, the weight average, the
+    identity `last.pt` records, the clock's start, the loss window and the console."""
+
+    optimizer: torch.optim.Optimizer
+    ema: EMA | None
+    identity: dict
+    started: float  # time.time() at step 0, earlier sessions included
+    window: Window
+    console: ConsoleProgress
+
+
+def validation_point(
+    model: Transformer,
+    validate: Validation,
+    progress: Progress,
+    state: TrainState,
+    *,
+    cfg: OptimConfig,
+    run: RunContext,
+    lr: float,
+) -> None:
+    """Rank 0 at a validation: validate, log the row, track the metrics, update the patience count,
+    save the checkpoints and the log, and start a new loss window."""
+    progress.wall_seconds = time.time() - state.started
+    metrics = validate(model)
+    row = {
+        "step": progress.step,
+        "epoch": progress.epoch,
+        "train_loss": state.window.loss(),
+        **metrics,
+        "lr": lr,
+        "tokens_per_s": state.window.tokens_per_second(),
+        "wall_seconds": round(progress.wall_seconds, 1),
+    }
+    progress.log.append(row)
+    state.console.line(
+        " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+    )
+    run.tracker.log_metrics(metrics, progress.step)
+    improved = metrics[validate.metric_name] > progress.best_score
+    if improved:
+        progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
+    else:
+        progress.bad_validations += 1
+    save_checkpoints(
+        model, state.optimizer, state.ema, progress, improved, state.identity, cfg.average_last, run
+    )
+    write_log(progress.log, run.log_csv)
+    state.window.reset()
 
 
 def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None:
@@ -375,7 +391,7 @@ def bleu_validation(
     greedy outputs (`val_bleu`)."""
     return Validation(
         encode_pairs(tok, val["en"], val[tgt]), list(val[tgt]), tok.decode, "val_bleu",
-        lambda hyps, refs: sacrebleu(hyps, refs)["bleu"], decode, max_tokens, device,
+        lambda hyps, refs: score(hyps, refs)["bleu"], decode, max_tokens, device,
     )  # fmt: skip
 
 
@@ -383,65 +399,6 @@ def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | No
     """(src ids, tgt ids) per pair; pairs with a side over `max_len` pieces are dropped."""
     pairs = list(zip(tok.encode_batch(en), tok.encode_batch(de), strict=True))
     return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]
-
-
-def save_final_model(
-    model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext
-):
-    """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
-    as `cfg.model_file` (with the tokenizer's fingerprint) and track it. Returns (metrics, facts)
-    for the stage to write."""
-    state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
-    checkpoint.save(cfg.model_file, state, run.spm_sha256)
-    run.tracker.log_artifact(Path(cfg.model_file), "model")
-    metrics = summary(progress) | {
-        "final_val_bleu": round(choice["candidates"][choice["source"]], 2),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
-    stop = stopped_by(progress, cfg.optim)
-    run.tracker.log_summary(metrics | {"final_model": choice["source"], "stopped_by": stop})
-    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}, ended by {stop}; "
-          f"final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
-    return metrics, run_facts(cfg, run, choice, stop)
-
-
-def summary(progress: Progress) -> dict[str, float]:
-    """The numbers of a finished run people compare (DVC metrics; MLflow tags `summary.<name>`)."""
-    rows = progress.log
-    return {
-        "steps": progress.step,
-        "epochs": progress.epoch,
-        "minutes": round(progress.wall_seconds / 60, 2),
-        "target_tokens": progress.target_tokens,
-        "mean_tokens_per_s": round(sum(r["tokens_per_s"] for r in rows) / max(len(rows), 1), 1),
-    }
-
-
-def stopped_by(progress: Progress, cfg: OptimConfig) -> str:
-    """Which budget ended a finished run: "max_steps", "patience" or "max_minutes" (the time cap)."""
-    if progress.step >= cfg.max_steps:
-        return "max_steps"
-    return "patience" if progress.bad_validations >= cfg.patience else "max_minutes"
-
-
-def run_facts(cfg: TrainConfig, run: RunContext, final: dict, stop: str) -> dict:
-    """Where and how a run trained (not metrics): machine, versions, batch, what ended it, final-model choice."""
-    return {
-        "stopped_by": stop,
-        "device": str(run.device),
-        "cpu": cpu_name(),
-        "machine": platform.machine(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "bf16": run.bf16,
-        "processes": run.world.size,
-        "max_tokens_per_step": cfg.optim.max_tokens * cfg.optim.accum_steps * run.world.size,  # padded
-        "final_model": final,
-        "init_from": run.init_from,  # None: from scratch; else {"alias", "version", "run_id"}
-        "model": cfg.model.model_dump(),
-        "optim": cfg.optim.model_dump(),
-    }
 
 
 def new_model(cfg: ModelConfig, vocab_size: int, pad_id: int, seed: int) -> Transformer:
