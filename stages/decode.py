@@ -24,8 +24,8 @@ from pipeline.data.tokenizer import model_file
 from pipeline.ops import robustness
 from pipeline.serving.engine import Engine
 from pipeline.serving.translator import load_translator, translate_lines
+from pipeline.tracking.mlflow_tracker import run_of, translation_artifact
 from pipeline.tracking.registry import describe_version
-from pipeline.tracking.runs import run_of, translation_artifact
 
 ROBUSTNESS_SPLIT = "test_2016_flickr"  # its upper-cased source is the casing figure
 

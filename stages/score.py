@@ -9,7 +9,7 @@ from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import load_params
+from pipeline.core.config import flatten, load_params
 from pipeline.core.errors import DataError, run_main
 from pipeline.core.io import write_json
 from pipeline.core.metrics import split_scores
@@ -22,8 +22,8 @@ from pipeline.data.translations import (
     write_absent,
     write_scores,
 )
+from pipeline.tracking.mlflow_tracker import run_of
 from pipeline.tracking.registry import tag_candidate
-from pipeline.tracking.runs import flatten, run_of
 
 
 def main() -> None:

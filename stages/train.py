@@ -18,10 +18,12 @@ from pipeline.core import device as dev
 from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
+from pipeline.core.run_id import write_run_id
 from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
-from pipeline.tracking import runs as tracking
+from pipeline.tracking import train_run
+from pipeline.tracking.tracker import finishing
 from pipeline.training import checkpoint, distributed, final_model, loop, shadow, stopping, warm_start
 
 
@@ -53,9 +55,9 @@ def main() -> None:
                 copy = shadow.shadow_dir(run.out_dir)
                 print(f"{run.out_dir}: restored at step {step} from {copy} (DVC had reset the folder)")
             if world.is_main and params.mlflow.enabled:
-                start = tracking.TrainStart(run.data_id, len(pairs), str(device), init_from)
-                run.tracker = tracking.start_train_run(params, run.out_dir, fingerprint, start)
-            with tracking.finishing(run.tracker):
+                start = train_run.TrainStart(run.data_id, len(pairs), str(device), init_from)
+                run.tracker = train_run.start_train_run(params, run.out_dir, fingerprint, start)
+            with finishing(run.tracker):
                 progress = loop.train(model, pairs, bleu, cfg.optim, run)
                 if world.is_main:
                     metrics, facts = final_model.save_final_model(model, progress, bleu, cfg, run)
@@ -63,7 +65,7 @@ def main() -> None:
                     for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
                         write_json(path, content)
                         run.tracker.log_artifact(Path(path), "reports")
-                    tracking.write_run_id(Path(cfg.run_id_file), run.tracker.run_id)
+                    write_run_id(Path(cfg.run_id_file), run.tracker.run_id)
     finally:
         distributed.close()
 

@@ -17,12 +17,12 @@ from tiny_translator import ROBUSTNESS_TABLE, model_flags
 
 from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.errors import CheckpointError, ConfigError
+from pipeline.core.git import repo_root
 from pipeline.ops.cli import DEFAULT_PARAMS, checkpoint_path, parser, spm_path
 from pipeline.ops.cli import main as translate_main
 from pipeline.ops.robustness import longest_run, pass_rate, read_table, uppercase_bleu
 from pipeline.serving.torch_engine import TorchEngine
 from pipeline.serving.translator import load_translator, translate_lines, translate_lines_n_best
-from pipeline.tracking.runs import repo_root
 from pipeline.training import checkpoint
 
 CFG = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)

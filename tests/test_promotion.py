@@ -17,7 +17,7 @@ from pipeline.ops.promotion import (
     promote,
     rollback,
 )
-from pipeline.tracking.runs import TRANSLATIONS_ARTIFACTS
+from pipeline.tracking.mlflow_tracker import TRANSLATIONS_ARTIFACTS
 
 WORDS = (
     "Mann Frau Hund Katze Kind Ball Straße Park Wasser Haus rot blau groß klein läuft spielt sitzt".split()
@@ -129,10 +129,10 @@ def test_config_section_defaults_and_errors(tmp_path: Path) -> None:
 def registry(tmp_path: Path, monkeypatch):
     """A temporary MLflow database; returns add(hyps) -> version registered as `candidate`."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from pipeline.tracking import runs as tracking
+    from pipeline.tracking import store
 
-    client, name = tracking.client(), "test-translator"
-    exp = tracking.experiment_id("promotion-test")
+    client, name = store.client(), "test-translator"
+    exp = store.experiment_id("promotion-test")
     client.create_registered_model(name)
 
     def add(hyps: list[str]) -> str:

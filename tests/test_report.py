@@ -16,7 +16,9 @@ from matplotlib.image import imread
 
 from pipeline.core.config import MlflowConfig, ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import DataError
+from pipeline.core.git import git_commit
 from pipeline.core.metrics import bleu_by_length, score, split_scores
+from pipeline.core.run_id import read_run_id
 from pipeline.data import time_machine as tm
 from pipeline.data.batching import pad
 from pipeline.data.multi30k import save_dataset_dict
@@ -28,8 +30,7 @@ from pipeline.ops.report.figures import ATTENTION_FIGSIZE, DPI, FIGSIZE
 from pipeline.ops.report.inputs import ReportInputs, registry_entries
 from pipeline.ops.report.page import final_model_sentence, model_lines
 from pipeline.ops.robustness import RobustnessResult, write_figures
-from pipeline.tracking import runs as tracking
-from pipeline.tracking.runs import git_commit, read_run_id
+from pipeline.tracking import store
 from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -307,8 +308,8 @@ def mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_page_names_the_runs_version_its_aliases_and_the_promotion(monkeypatch, mlflow_db: str) -> None:
     """A champion v1 from an older run; this run's v2 is the candidate the flow did not promote."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
-    client, name = tracking.client(), "report-test"
-    exp_id = tracking.experiment_id("report-test")
+    client, name = store.client(), "report-test"
+    exp_id = store.experiment_id("report-test")
     older, ours = (client.create_run(exp_id).info.run_id for _ in range(2))
     client.create_registered_model(name)
     for run_id in (older, ours):

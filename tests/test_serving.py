@@ -28,9 +28,9 @@ def logged(tmp_path_factory: pytest.TempPathFactory, tiny_translator_files):
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         from pipeline.core.config import DecodeConfig
         from pipeline.serving.pyfunc import log_translator
-        from pipeline.tracking import runs as tracking
+        from pipeline.tracking import store
 
-        run_id = tracking.client().create_run(tracking.experiment_id("serving")).info.run_id
+        run_id = store.client().create_run(store.experiment_id("serving")).info.run_id
         decode = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4)
         config = decode.model_dump() | LIMITS
         version = log_translator(
@@ -79,12 +79,12 @@ def test_a_registered_model_is_served_from_a_copy_of_its_own(logged, monkeypatch
 
     model_uri, uri = logged
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    store = Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
-    for meta in store.rglob("registered_model_meta"):  # written by load_model in the other tests
+    artifacts = Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+    for meta in artifacts.rglob("registered_model_meta"):  # written by load_model in the other tests
         meta.unlink()
     folder = Path(local_copy(model_uri))
     assert (folder / "MLmodel").is_file() and (folder / "registered_model_meta").is_file()
-    assert not folder.is_relative_to(store) and not list(store.rglob("registered_model_meta"))
+    assert not folder.is_relative_to(artifacts) and not list(artifacts.rglob("registered_model_meta"))
     assert local_copy(str(folder)) == str(folder)
 
 

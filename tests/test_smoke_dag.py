@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.core.config import load_params
+from pipeline.core.config import flatten, load_params
 from pipeline.data.tokenizer import model_file
 from pipeline.ops.dag import read_params
-from pipeline.tracking.runs import flatten
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))
@@ -152,9 +151,9 @@ def tracked(smoke, monkeypatch_module):
     """(MlflowClient, the train stage's run) of the smoke DAG."""
     work, env, _ = smoke
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])
-    from pipeline.tracking import runs as tracking
+    from pipeline.tracking import store
 
-    client = tracking.client()
+    client = store.client()
     run_id = (work / P.train.run_id_file).read_text().strip()
     return client, client.get_run(run_id)
 

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from toy_train import PAD, TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
-from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params, TrainConfig
+from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params, TrainConfig, flatten
 from pipeline.core.errors import PipelineError
+from pipeline.core.run_id import read_run_id, write_run_id
 from pipeline.model.transformer import Transformer
-from pipeline.tracking import describe, registry
-from pipeline.tracking import runs as tracking
+from pipeline.tracking import describe, mlflow_tracker, registry, store, train_run
+from pipeline.tracking.tracker import finishing
 from pipeline.training.final_model import save_final_model
 from pipeline.training.loop import RunContext, train
 from pipeline.training.progress import ConsoleProgress
@@ -41,7 +42,7 @@ def test_a_tracking_server_that_is_down_fails_in_seconds_with_one_line(monkeypat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # port 9: nothing listens
     started = time.monotonic()
     with pytest.raises(PipelineError) as info:
-        tracking.client()
+        store.client()
     assert time.monotonic() - started < 10  # MLflow's own retries take minutes
     message = str(info.value)
     assert "\n" not in message and message.startswith(
@@ -64,8 +65,8 @@ def test_any_http_answer_counts_as_a_server():
     server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        tracking.check_server(f"http://127.0.0.1:{server.server_port}")
-        tracking.check_server("sqlite:///nowhere/mlflow.db")  # not a server: nothing to check
+        store.check_server(f"http://127.0.0.1:{server.server_port}")
+        store.check_server("sqlite:///nowhere/mlflow.db")  # not a server: nothing to check
     finally:
         server.shutdown()
 
@@ -73,9 +74,9 @@ def test_any_http_answer_counts_as_a_server():
 def test_default_uri_is_the_absolute_repo_database_from_any_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert tracking.tracking_uri() == f"sqlite:///{REPO / 'mlflow.db'}"
+    assert store.tracking_uri() == f"sqlite:///{REPO / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
-    assert tracking.tracking_uri() == "http://tracking:5000"
+    assert store.tracking_uri() == "http://tracking:5000"
 
 
 def test_a_dvc_exp_temp_copy_maps_back_to_the_original_repo(tmp_path):
@@ -83,27 +84,29 @@ def test_a_dvc_exp_temp_copy_maps_back_to_the_original_repo(tmp_path):
     copy = tmp_path / ".dvc" / "tmp" / "exps" / "tmpabc123"
     shutil.copytree(REPO / "pipeline", copy / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    code = "from pipeline.tracking.runs import tracking_uri; print(tracking_uri())"
+    code = "from pipeline.tracking.store import tracking_uri; print(tracking_uri())"
     out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 def test_artifacts_sit_beside_a_sqlite_database():
-    assert tracking.artifact_location("sqlite:////data/runs/mlflow.db") == "file:///data/runs/mlartifacts"
-    assert tracking.artifact_location("http://tracking:5000") is None
+    assert store.artifact_location("sqlite:////data/runs/mlflow.db") == "file:///data/runs/mlartifacts"
+    assert store.artifact_location("http://tracking:5000") is None
 
 
 LOG_INTO_CHECKOUT = """
 import sys
 from pathlib import Path
-from pipeline.tracking import runs as t
+from pipeline.core.run_id import write_run_id
+from pipeline.tracking.mlflow_tracker import run_of
+from pipeline.tracking.store import client, experiment_id
 
 if sys.argv[1] == "train":  # a train run in the checkout's default database, its id in run_id.txt
-    run_id = t.client().create_run(t.experiment_id("copied")).info.run_id
-    t.write_run_id(Path("run_id.txt"), run_id)
+    run_id = client().create_run(experiment_id("copied")).info.run_id
+    write_run_id(Path("run_id.txt"), run_id)
 else:  # a later stage adds to that run
-    tracker = t.run_of(Path("run_id.txt"), enabled=True)
+    tracker = run_of(Path("run_id.txt"), enabled=True)
     tracker.log_text("scores", "reports/val.json")
     if tracker.run_id:
         print("LOGGED", tracker.run_id)
@@ -154,21 +157,21 @@ def test_a_copied_checkout_never_writes_into_the_originals_artifacts(tmp_path):
         MlflowClient(uri).get_experiment_by_name("copied").artifact_location
         == (copy / "mlartifacts").as_uri()
     )
-    assert tracking.foreign_artifacts((original / "mlartifacts" / "1").as_uri(), uri)
+    assert store.foreign_artifacts((original / "mlartifacts" / "1").as_uri(), uri)
 
 
 def test_flatten_nested_params():
     tree = {"train": {"model": {"d_model": 256}, "max_len": 128}, "decode": {"beam_size": 5}}
-    assert tracking.flatten(tree) == {"train.model.d_model": 256, "train.max_len": 128, "decode.beam_size": 5}
+    assert flatten(tree) == {"train.model.d_model": 256, "train.max_len": 128, "decode.beam_size": 5}
 
 
 def test_run_id_file_round_trip(tmp_path):
     path = tmp_path / "run.txt"
-    assert tracking.read_run_id(path) is None
-    tracking.write_run_id(path, "")
-    assert tracking.read_run_id(path) is None
-    tracking.write_run_id(path, "0123abcd")
-    assert tracking.read_run_id(path) == "0123abcd"
+    assert read_run_id(path) is None
+    write_run_id(path, "")
+    assert read_run_id(path) is None
+    write_run_id(path, "0123abcd")
+    assert read_run_id(path) == "0123abcd"
 
 
 # ---------------------------------------------------------------- run names, git tags
@@ -220,11 +223,11 @@ def test_changes_list_what_differs_and_cut_after_the_limit():
 
 def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
     params = Params()
-    logged = tracking.run_params(params)
+    logged = train_run.run_params(params)
     assert {k.split(".")[0] for k in logged} == {"download", "tokenizer", "train"}  # no warmup_train, decode
-    assert not [k for k in logged if k.endswith(tracking.PATH_SUFFIXES) or k in tracking.NOT_SHAPING]
-    every = tracking.flatten(params.model_dump())
-    paths = {str(v) for k, v in every.items() if k.endswith(tracking.PATH_SUFFIXES)}
+    assert not [k for k in logged if k.endswith(train_run.PATH_SUFFIXES) or k in train_run.NOT_SHAPING]
+    every = flatten(params.model_dump())
+    paths = {str(v) for k, v in every.items() if k.endswith(train_run.PATH_SUFFIXES)}
     assert not paths & {str(v) for v in logged.values()}
     assert logged["train.optim.peak_lr"] == 0.002 and logged["tokenizer.vocab_size"] == 8000
     assert len(logged) == 3 + 3 + 3 + 9 + 17 + 2  # download, tokenizer, train (+ model, optim, dist)
@@ -248,10 +251,10 @@ def checkout(tmp_path) -> Path:
 
 def test_git_tags_name_the_commit_and_the_branch_when_there_is_one(checkout, tmp_path):
     commit = git(checkout, "rev-parse", "HEAD")
-    assert tracking.git_tags(checkout) == {COMMIT: commit, BRANCH: "study"}
+    assert store.git_tags(checkout) == {COMMIT: commit, BRANCH: "study"}
     git(checkout, "checkout", "-q", "--detach")
-    assert tracking.git_tags(checkout) == {COMMIT: commit}
-    assert tracking.git_tags(tmp_path) == {COMMIT: "unknown"}  # pytest's tmp_path is outside any checkout
+    assert store.git_tags(checkout) == {COMMIT: commit}
+    assert store.git_tags(tmp_path) == {COMMIT: "unknown"}  # pytest's tmp_path is outside any checkout
 
 
 # ---------------------------------------------------------------- train runs in MLflow
@@ -288,8 +291,8 @@ def no_active_run():
     mlflow.end_run()
 
 
-def start(data_id: str = "0123456789abcdef" * 4, n_pairs: int = 1234) -> tracking.TrainStart:
-    return tracking.TrainStart(data_id, n_pairs)
+def start(data_id: str = "0123456789abcdef" * 4, n_pairs: int = 1234) -> train_run.TrainStart:
+    return train_run.TrainStart(data_id, n_pairs)
 
 
 def clear_triggers(monkeypatch) -> None:
@@ -300,7 +303,7 @@ def clear_triggers(monkeypatch) -> None:
 def test_a_train_run_has_git_source_and_data_tags_in_a_training_experiment(
     tracked_params, checkout, tmp_path
 ):
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker = train_run.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
     tracker.finish()
     run = tracker.client.get_run(tracker.run_id)
     assert run.data.tags[COMMIT] == git(checkout, "rev-parse", "HEAD") and run.data.tags[BRANCH] == "study"
@@ -308,7 +311,7 @@ def test_a_train_run_has_git_source_and_data_tags_in_a_training_experiment(
     assert run.data.tags["data.pairs"] == "1234" and run.data.tags["data.digest"] == "0123456789ab"
     assert len(run.data.tags["data.multi30k"]) == 12 and not [k for k in run.data.tags if "sha256" in k]
     experiment = tracker.client.get_experiment(run.info.experiment_id)
-    assert experiment.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"  # "Machine learning"
+    assert experiment.tags[store.EXPERIMENT_KIND] == "custom_model_development"  # "Machine learning"
     assert experiment.tags[NOTE].startswith("Training runs of the English→German Transformer")
 
 
@@ -319,13 +322,13 @@ def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_descrip
     in the description; a repeated name gets a number."""
     clear_triggers(monkeypatch)
     monkeypatch.setenv("DVC_STAGE", "train")
-    client = tracking.client()
-    exp_id = tracking.experiment_id("same-commit")
+    client = store.client()
+    exp_id = store.experiment_id("same-commit")
     params = tracked_params.model_copy(update={"mlflow": MlflowConfig(experiment="same-commit")})
 
     def run_of(data_id: str, n_pairs: int):
         out = tmp_path / data_id[:4]
-        tracker = tracking.start_train_run(params, out, "fingerprint", start(data_id, n_pairs))
+        tracker = train_run.start_train_run(params, out, "fingerprint", start(data_id, n_pairs))
         tracker.finish()
         return client.get_run(tracker.run_id)
 
@@ -353,16 +356,16 @@ def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_descrip
 
 
 def test_a_run_logs_each_shaping_param_once_and_no_warmup_or_paths(tracked_params, tmp_path):
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker = train_run.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
     tracker.finish()
     params = tracker.client.get_run(tracker.run_id).data.params
-    assert params == {k: str(v) for k, v in tracking.run_params(tracked_params).items()}
+    assert params == {k: str(v) for k, v in train_run.run_params(tracked_params).items()}
     assert len(params) == 37 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
     assert not [v for v in params.values() if "/" in v]  # no paths (the default incoming folder, ...)
 
 
 def test_the_training_set_is_the_runs_dataset_input(tracked_params, tmp_path):
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker = train_run.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
     data_id = "0123456789abcdef" * 4
     tracker.log_training_set(data_id, 1234)
     tracker.log_training_set(data_id, 1234)  # a continued run logs it again: still one input
@@ -381,7 +384,7 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     """A toy training under a train run: step metrics have several points (line charts), the
     summary is tags and a result paragraph (no one-point curves), system metrics are sampled."""
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
-    tracker = tracking.start_train_run(tracked_params, tmp_path, "fingerprint", start())
+    tracker = train_run.start_train_run(tracked_params, tmp_path, "fingerprint", start())
     toy, out = pairs(), tmp_path / "out"
     cfg = TrainConfig(
         out_dir=str(out),
@@ -391,7 +394,7 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     )
     model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
     run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
-    with tracking.finishing(tracker):
+    with finishing(tracker):
         progress = train(model, toy, validation, cfg.optim, run)
         save_final_model(model, progress, validation, cfg, run)
         client, run_id = tracker.client, tracker.run_id
@@ -413,8 +416,8 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
 
 def test_loop_names_become_mlflow_sections_of_step_curves(mlflow_db, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
-    run_id = tracking.client().create_run(tracking.experiment_id("tracking-test")).info.run_id
-    tracker = tracking.MlflowTracker(run_id)
+    run_id = store.client().create_run(store.experiment_id("tracking-test")).info.run_id
+    tracker = mlflow_tracker.MlflowTracker(run_id)
     tracker.log_metrics({"train_loss": 2.0, "lr": 1e-3, "tokens_per_s": 900.0}, step=50)
     tracker.log_metrics({"val_loss": 1.5, "val_bleu": 12.5}, step=400)
     tracker.log_metrics({"val.bleu": 30.1}, step=0)  # the score stage's final scores keep their names
@@ -431,20 +434,22 @@ def test_loop_names_become_mlflow_sections_of_step_curves(mlflow_db, monkeypatch
 def test_translations_are_logged_with_a_previewable_name(mlflow_db, monkeypatch):
     """MLflow's artifact browser previews `.txt` (not `.de`); runs logged before keep their names."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
-    client = tracking.client()
-    new, old = (client.create_run(tracking.experiment_id("tracking-test")).info.run_id for _ in range(2))
-    tracking.MlflowTracker(new).log_text("Ein Hund.\n", tracking.translation_artifact("val", "de"))
+    client = store.client()
+    new, old = (client.create_run(store.experiment_id("tracking-test")).info.run_id for _ in range(2))
+    mlflow_tracker.MlflowTracker(new).log_text(
+        "Ein Hund.\n", mlflow_tracker.translation_artifact("val", "de")
+    )
     client.log_text(old, "Ein Hund.\n", "reports/translations/val.hyp.de")
-    listed = [f.path for f in client.list_artifacts(new, tracking.TRANSLATIONS_ARTIFACTS)]
+    listed = [f.path for f in client.list_artifacts(new, mlflow_tracker.TRANSLATIONS_ARTIFACTS)]
     assert listed == ["reports/translations/val.hyp.de.txt"]
-    assert tracking.logged_translation(new, "val", "de") == "reports/translations/val.hyp.de.txt"
-    assert tracking.logged_translation(old, "val", "de") == "reports/translations/val.hyp.de"
+    assert mlflow_tracker.logged_translation(new, "val", "de") == "reports/translations/val.hyp.de.txt"
+    assert mlflow_tracker.logged_translation(old, "val", "de") == "reports/translations/val.hyp.de"
 
 
 def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_params, tmp_path, monkeypatch):
     clear_triggers(monkeypatch)
     monkeypatch.setenv("DVC_STAGE", "train")
-    tracker = tracking.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
+    tracker = train_run.start_train_run(tracked_params, tmp_path / "out", "fingerprint", start())
     tracker.log_summary(
         {
             "steps": 8,
@@ -481,7 +486,9 @@ def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_para
 
 def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):
     params = Params(incoming=IncomingConfig(in_dir=str(tmp_path / "absent")))
-    assert tracking.training_set(params) == tracking.TrainingSet("multi30k-en-de", "data/train_merged.jsonl")
+    assert mlflow_tracker.training_set(params) == mlflow_tracker.TrainingSet(
+        "multi30k-en-de", "data/train_merged.jsonl"
+    )
 
 
 # ---------------------------------------------------------------- checkpoint uploads
@@ -489,9 +496,9 @@ def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):
 
 def test_checkpoint_upload_values_are_the_config_choices():
     choices = typing.get_args(MlflowConfig.model_fields["log_checkpoints"].annotation)
-    assert choices == tracking.CHECKPOINT_UPLOADS and MlflowConfig().log_checkpoints == "all"
+    assert choices == mlflow_tracker.CHECKPOINT_UPLOADS and MlflowConfig().log_checkpoints == "all"
     with pytest.raises(ValueError, match="mlflow.log_checkpoints: 'best'"):
-        tracking.uploads_checkpoint("best", "best.pt")
+        mlflow_tracker.uploads_checkpoint("best", "best.pt")
 
 
 @pytest.mark.parametrize(
@@ -507,10 +514,10 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
 ):
     """Two validations (steps 4 and 8) of a toy run; the loop also logs its training set."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
-    client = tracking.client()
-    run_id = client.create_run(tracking.experiment_id("tracking-test")).info.run_id
-    data = tracking.TrainingSet("toy", "toy.jsonl")
-    tracker = tracking.MlflowTracker(run_id, log_checkpoints=policy, training_set=data)
+    client = store.client()
+    run_id = client.create_run(store.experiment_id("tracking-test")).info.run_id
+    data = mlflow_tracker.TrainingSet("toy", "toy.jsonl")
+    tracker = mlflow_tracker.MlflowTracker(run_id, log_checkpoints=policy, training_set=data)
     run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", tracker=tracker)
     toy = pairs()
     train(

@@ -50,7 +50,7 @@ def champion(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         from pipeline.serving.pyfunc import log_translator
-        from pipeline.tracking import runs as tracking
+        from pipeline.tracking import store
 
         spm_model = train_tokenizer(SENTENCES * 5, root / "spm", TokenizerConfig(vocab_size=60, out_dir="x"))
         tok = Tokenizer.load(spm_model)
@@ -61,9 +61,9 @@ def champion(tmp_path_factory):
             model, data, ToyValidation(data[:4]), optim, RunContext(root / "c", root / "c.csv", "x")
         )
         ckpt = checkpoint.save(root / "model.pt", checkpoint.weights(model))
-        run_id = tracking.client().create_run(tracking.experiment_id("warm")).info.run_id
+        run_id = store.client().create_run(store.experiment_id("warm")).info.run_id
         version = log_translator(run_id, ckpt, spm_model, DecodeConfig().model_dump(), NAME)
-        tracking.client().set_registered_model_alias(NAME, "champion", version)
+        store.client().set_registered_model_alias(NAME, "champion", version)
         yield root, spm_model, model, data
 
 

@@ -8,6 +8,7 @@ message naming the file and the dotted field, e.g.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
@@ -376,3 +377,15 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         return Params.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, path)) from None
+
+
+def flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
+    """{"train": {"model": {"d_model": 256}}} -> {"train.model.d_model": 256}."""
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out |= flatten(value, f"{name}.")
+        else:
+            out[name] = value
+    return out

@@ -18,6 +18,7 @@ import torch
 from pipeline.core.config import DecodeConfig, FieldError, Params, load_params, with_updates
 from pipeline.core.device import pick_device
 from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
+from pipeline.core.git import repo_root
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.engine import Engine
 from pipeline.serving.translator import (
@@ -26,7 +27,6 @@ from pipeline.serving.translator import (
     translate_lines,
     translate_lines_n_best,
 )
-from pipeline.tracking.runs import repo_root
 
 REPO = repo_root()
 DEFAULT_PARAMS = REPO / "params.yaml"

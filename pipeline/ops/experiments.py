@@ -17,7 +17,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from pipeline.core.config import DecodeConfig, Params, load_params
+from pipeline.core.config import DecodeConfig, Params, flatten, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
 from pipeline.core.tables import markdown_table
@@ -25,7 +25,6 @@ from pipeline.data.multi30k import load_corpus
 from pipeline.data.translations import scores_path, translation_path
 from pipeline.ops.promotion import paired_bootstrap
 from pipeline.ops.report.figures import DPI, FIGSIZE, save
-from pipeline.tracking.runs import flatten
 
 RECORD = Path("reports/experiments.jsonl")
 HYPS_DIR = Path("reports/study")

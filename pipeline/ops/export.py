@@ -15,11 +15,11 @@ from pathlib import Path
 
 from pipeline.core.config import load_params
 from pipeline.core.errors import ConfigError, run_main
+from pipeline.core.run_id import read_run_id
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.ct2 import export_ctranslate2
 from pipeline.serving.pyfunc import log_translator
 from pipeline.serving.translator import load_translator
-from pipeline.tracking.runs import read_run_id
 
 
 def main(argv: Sequence[str] | None = None) -> None:

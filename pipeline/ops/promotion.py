@@ -15,7 +15,7 @@ from sacrebleu.significance import PairedTest
 
 from pipeline.core.config import PromotionConfig
 from pipeline.core.errors import PipelineError
-from pipeline.tracking import runs as tracking
+from pipeline.tracking import mlflow_tracker, store
 
 REPLACED_TAG = "promotion.replaced"
 ROLLED_BACK_TAG = "rollback.replaced_by"
@@ -68,12 +68,12 @@ def run_translations(run_id: str, split: str = "val", lang: str = "de") -> list[
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            artifact = tracking.logged_translation(run_id, split, lang)  # `.txt`, or the older name
+            artifact = mlflow_tracker.logged_translation(run_id, split, lang)  # `.txt`, or the older name
             path = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=artifact, dst_path=tmp, tracking_uri=tracking.tracking_uri()
+                run_id=run_id, artifact_path=artifact, dst_path=tmp, tracking_uri=store.tracking_uri()
             )
         except Exception as exc:  # noqa: BLE001 - MlflowException or OSError: one line either way
-            missing = tracking.translation_artifact(split, lang)
+            missing = mlflow_tracker.translation_artifact(split, lang)
             raise PipelineError(f"MLflow run {run_id}: no {missing} ({type(exc).__name__})") from None
         lines = Path(path).read_text(encoding="utf-8").split("\n")
     return lines[:-1] if lines[-1] == "" else lines
@@ -91,7 +91,7 @@ def _now() -> str:
 
 
 def _tag(model_name: str, version: str, tags: dict[str, str]) -> None:
-    client = tracking.client()
+    client = store.client()
     for key, value in tags.items():
         client.set_model_version_tag(model_name, version, key, value)
 
@@ -164,7 +164,7 @@ def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, l
         tags[REPLACED_TAG] = str(champion.version)
     _tag(model_name, candidate.version, tags)
     if decision.promoted:
-        tracking.client().set_registered_model_alias(model_name, "champion", candidate.version)
+        store.client().set_registered_model_alias(model_name, "champion", candidate.version)
     return decision
 
 
@@ -190,5 +190,5 @@ def rollback(model_name: str) -> str:
     when = _now()
     _tag(model_name, champion.version, {ROLLED_BACK_TAG: previous, "rollback.time": when})
     _tag(model_name, previous, {"rollback.restored_from": str(champion.version), "rollback.time": when})
-    tracking.client().set_registered_model_alias(model_name, "champion", previous)
+    store.client().set_registered_model_alias(model_name, "champion", previous)
     return f"rolled back: champion v{champion.version} -> v{previous}"

@@ -17,6 +17,7 @@ from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VA
 
 from pipeline.core.config import DecodeConfig, FieldError, ServeConfig, with_updates
 from pipeline.core.errors import PipelineError
+from pipeline.core.git import repo_root
 from pipeline.data.tokenizer import SOURCE_WORDS
 from pipeline.serving.translator import (
     MAX_SRC_PIECES,
@@ -25,8 +26,7 @@ from pipeline.serving.translator import (
     translate_lines,
     translate_lines_n_best,
 )
-from pipeline.tracking import runs as tracking
-from pipeline.tracking.runs import repo_root
+from pipeline.tracking import store
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the `pipeline` package, logged as code
 PYFUNC_PACKAGES = (
@@ -277,7 +277,7 @@ def log_translator(
         artifacts["source_words"] = str(words)
     if ct2_dir is not None:
         artifacts["ct2"] = str(ct2_dir)
-    client = tracking.client()  # also sets the tracking URI for mlflow.start_run
+    client = store.client()  # also sets the tracking URI for mlflow.start_run
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="translator",

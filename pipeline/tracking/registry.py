@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pipeline.tracking import runs as tracking
+from pipeline.tracking import store
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
@@ -25,7 +25,7 @@ def version_by_alias(model_name: str, alias: str) -> ModelVersion | None:
     from mlflow.exceptions import MlflowException
 
     try:
-        return tracking.client().get_model_version_by_alias(model_name, alias)
+        return store.client().get_model_version_by_alias(model_name, alias)
     except MlflowException:
         return None
 
@@ -37,7 +37,7 @@ def tag_candidate(model_name: str, run_id: str, scores: dict[str, float]) -> str
     if version is None or version.run_id != run_id:
         return None
     for key, value in scores.items():
-        tracking.client().set_model_version_tag(model_name, version.version, key, f"{value:.4f}")
+        store.client().set_model_version_tag(model_name, version.version, key, f"{value:.4f}")
     return version.version
 
 
@@ -53,7 +53,7 @@ def describe_version(model_name: str, version: str, run_id: str, decoding: str =
     Raises:
         MlflowException: the run or the version is not in the tracking database.
     """
-    c = tracking.client()
+    c = store.client()
     run = c.get_run(run_id)
     tags = {"run": run.info.run_name} | {k: run.data.tags[k] for k in RUN_TAGS if k in run.data.tags}
     description = version_description(run.info.run_name, run.data.tags)
@@ -104,7 +104,7 @@ def run_versions(model_name: str, run_id: str) -> list[VersionInfo]:
     Raises:
         MlflowException: the registry cannot be read.
     """
-    c = tracking.client()
+    c = store.client()
     found = c.search_model_versions(f"name = '{model_name}' and run_id = '{run_id}'")
     versions = [info(c.get_model_version(model_name, v.version)) for v in found]
     return sorted(versions, key=lambda v: int(v.version))

@@ -26,13 +26,12 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from pipeline.core.config import ModelConfig
+from pipeline.core.config import ModelConfig, flatten
 from pipeline.core.errors import CheckpointError
 from pipeline.core.io import atomic_path
 from pipeline.core.lock import exclusive
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, model_sha256
 from pipeline.model.transformer import Transformer
-from pipeline.tracking.runs import flatten
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 

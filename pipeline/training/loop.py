@@ -29,7 +29,7 @@ from pipeline.data.batching import Pair, batch_order, collate
 from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from pipeline.model.transformer import Transformer
-from pipeline.tracking.runs import NullTracker, Tracker
+from pipeline.tracking.tracker import NullTracker, Tracker
 from pipeline.training import checkpoint, shadow
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA

@@ -81,10 +81,10 @@ def _download(model_name: str, version: str, dst: str) -> dict[str, Path]:
     the artifact names `log_translator` gives them, looked up in the model's MLmodel file)."""
     import mlflow
 
-    from pipeline.tracking import runs as tracking
+    from pipeline.tracking import store
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # two files: bars only clutter
-    root = tracking.client().get_model_version_download_uri(model_name, version)
+    root = store.client().get_model_version_download_uri(model_name, version)
 
     def fetch(path: str) -> Path:
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}", dst_path=dst))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from pipeline.core.config import Params
 from pipeline.core.errors import DataError
+from pipeline.core.git import git_commit
+from pipeline.core.run_id import read_run_id
 from pipeline.data import time_machine as tm
 from pipeline.data import translations as tr
 from pipeline.data.multi30k import load_corpus
@@ -20,7 +22,6 @@ from pipeline.ops import robustness
 from pipeline.ops.robustness import RobustnessResult
 from pipeline.tracking import registry
 from pipeline.tracking.registry import VersionInfo
-from pipeline.tracking.runs import git_commit, read_run_id
 
 BUCKET_SPLIT = "test_2016_flickr"  # BLEU by length, and the upper-case BLEU of the robustness section
 
