@@ -161,7 +161,7 @@ def tokens(update: Update) -> int:
 
 
 def race_shape(
-    name: str, cfg: ModelConfig, optim: OptimConfig, pairs: list[Pair], common: dict, args
+    name: str, cfg: ModelConfig, optim: OptimConfig, *, pairs: list[Pair], common: dict, args
 ) -> list[dict]:
     """Race one shape; returns a row per lane (target tokens/s, the median of per-round ratios)."""
     n, ranks = args.warmup + args.rounds * args.steps, 2
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for name in names:
         fields, optim_fields = shapes[name]
         cfg = model_config(params.train.model, **{**fields, **override})
-        rows += race_shape(name, cfg, with_updates(base, optim_fields), pairs, common, args)
+        rows += race_shape(name, cfg, with_updates(base, optim_fields), pairs=pairs, common=common, args=args)
     print("\n".join(table(rows)))
     figures = {"data_parallel_detail": rows}
     record(args.out_dir, "data_parallel", command_line("bench.data_parallel", argv), figures, CPU)

@@ -47,9 +47,16 @@ def main() -> None:
             bleu = loop.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
             model = loop.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
             init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
-            run = loop.RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), world,
-                                      device=device, bf16=bf16, init_from=init_from,
-                                      spm_sha256=model_sha256(spm_model))  # fmt: skip
+            run = loop.RunContext(
+                Path(cfg.out_dir),
+                Path(cfg.log_csv),
+                pairs.digest(),
+                world,
+                device=device,
+                bf16=bf16,
+                init_from=init_from,
+                spm_sha256=model_sha256(spm_model),
+            )
             fingerprint = checkpoint.fingerprint(loop.run_identity(model, cfg.optim, run))
             if world.is_main and (step := shadow.restore(run.out_dir, fingerprint)) is not None:
                 copy = shadow.shadow_dir(run.out_dir)

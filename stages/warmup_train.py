@@ -41,7 +41,7 @@ def main() -> None:
             params.decode,
             cfg.optim.max_tokens,
             device,
-        )  # fmt: skip
+        )
         for s in ("val", "test")
     )
     pairs = TokenizedCorpus.from_pairs(encode(data["train"], vocab))
@@ -55,8 +55,10 @@ def main() -> None:
     write_json(cfg.metrics_json, {"exact_match": test_match, "steps": s["steps"], "minutes": s["minutes"]})
     stop = stopped_by(progress, cfg.optim)
     write_json(cfg.facts_json, {"threshold": cfg.threshold, "stopped_by": stop, "final_model": choice})
-    print(f"warmup_train: {s['steps']} steps, ended by {stop}; test exact match {test_match:.4f} "
-          f"(threshold {cfg.threshold})")  # fmt: skip
+    print(
+        f"warmup_train: {s['steps']} steps, ended by {stop}; test exact match {test_match:.4f} "
+        f"(threshold {cfg.threshold})"
+    )
     if test_match < cfg.threshold:
         raise PipelineError(f"warmup gate failed: test exact match {test_match:.4f} < {cfg.threshold}")
 

@@ -141,8 +141,15 @@ class OptimConfig(Section):
     threads: int | None = Field(default=None, gt=0)
 
     TRAJECTORY: ClassVar[tuple[str, ...]] = (
-        "seed", "max_tokens", "accum_steps", "peak_lr", "schedule", "warmup_steps", "label_smoothing", "clip_norm",
-    )  # fmt: skip
+        "seed",
+        "max_tokens",
+        "accum_steps",
+        "peak_lr",
+        "schedule",
+        "warmup_steps",
+        "label_smoothing",
+        "clip_norm",
+    )
 
 
 class WarmupTrainConfig(Section):
@@ -155,9 +162,16 @@ class WarmupTrainConfig(Section):
     threshold: float = Field(default=0.99, ge=0.0, le=1.0)
     model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
     optim: OptimConfig = OptimConfig(
-        max_tokens=1500, peak_lr=3e-3, warmup_steps=200, max_steps=3000, max_minutes=60, val_every=250,
-        patience=4, label_smoothing=0.0, average_last=4,
-    )  # fmt: skip
+        max_tokens=1500,
+        peak_lr=3e-3,
+        warmup_steps=200,
+        max_steps=3000,
+        max_minutes=60,
+        val_every=250,
+        patience=4,
+        label_smoothing=0.0,
+        average_last=4,
+    )
 
 
 class DistConfig(Section):
@@ -201,8 +215,10 @@ class TrainConfig(Section):
     def _batch_holds_a_pair(self) -> TrainConfig:
         longest = self.max_len + 1  # pieces plus BOS or EOS
         if self.optim.max_tokens < longest:
-            raise ValueError(f"optim.max_tokens={self.optim.max_tokens} is below the longest pair a batch must "
-                             f"hold (max_len + 1 = {longest} tokens)")  # fmt: skip
+            raise ValueError(
+                f"optim.max_tokens={self.optim.max_tokens} is below the longest pair a batch must "
+                f"hold (max_len + 1 = {longest} tokens)"
+            )
         return self
 
 
@@ -224,9 +240,13 @@ class DecodeConfig(Section):
     """
 
     PATHS: ClassVar[tuple[str, ...]] = (
-        "time_machine_tsv", "robustness_tsv", "translations_dir", "time_machine_md", "robustness_json",
+        "time_machine_tsv",
+        "robustness_tsv",
+        "translations_dir",
+        "time_machine_md",
+        "robustness_json",
         "robustness_failures_json",
-    )  # fmt: skip
+    )
 
     beam_size: int = Field(default=5, gt=0, le=MAX_BEAM_SIZE)
     length_penalty: float = Field(default=2.2, ge=0.0)

@@ -30,8 +30,9 @@ def exclusive(path: str | Path, what: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 20, 0).decode("ascii", "replace").strip() or "unknown"
-            raise PipelineError(f"{what} is already running (pid {holder}, lock {path}); wait for it "
-                                "to end, or stop it") from None  # fmt: skip
+            raise PipelineError(
+                f"{what} is already running (pid {holder}, lock {path}); wait for it to end, or stop it"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield

@@ -48,7 +48,7 @@ TARGETS = {
         "Czech",
         ("dva|dvě", "tři", "čtyři", "pět", "šest", "sedm", "osm", "devět", "deset"),
         missing_splits=("test_2017_flickr",),
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -67,8 +67,11 @@ def split_counts(tgt_lang: str = "de") -> dict[str, int]:
 
 def corpus_files(tgt_lang: str = "de") -> dict[str, str]:
     """File name → pinned SHA-256 of every raw file the EN→`tgt_lang` corpus is built from."""
-    return {file_name(s, lang): SHA256[file_name(s, lang)] for s in split_counts(tgt_lang)
-            for lang in (SRC_LANG, tgt_lang)}  # fmt: skip
+    return {
+        file_name(s, lang): SHA256[file_name(s, lang)]
+        for s in split_counts(tgt_lang)
+        for lang in (SRC_LANG, tgt_lang)
+    }
 
 
 def file_name(split: str, lang: str) -> str:
@@ -224,8 +227,10 @@ def build_corpus(
 def skipped_splits(tgt_lang: str) -> list[str]:
     """One message per evaluation split Multi30k lacks for `tgt_lang` (printed by every stage that
     skips it); [] for German and French."""
-    return [f"{split}: skipped, Multi30k has no {LANG_NAMES[tgt_lang]} references for it"
-            for split in MISSING_SPLITS.get(tgt_lang, ())]  # fmt: skip
+    return [
+        f"{split}: skipped, Multi30k has no {LANG_NAMES[tgt_lang]} references for it"
+        for split in MISSING_SPLITS.get(tgt_lang, ())
+    ]
 
 
 def save_dataset_dict(dataset: DatasetDict, out_dir: str | Path) -> None:

@@ -75,8 +75,10 @@ def result_note(summary: Mapping[str, object]) -> str:
     `minutes`, `final_val_bleu`, `final_model`, `stopped_by`)."""
     s = summary
     epochs = f"{s['epochs']} epoch" + ("" if s["epochs"] == 1 else "s")
-    return (f"Result: final model {s['final_model']}, greedy val BLEU {s['final_val_bleu']:.2f}; "
-            f"{s['steps']:,} steps ({epochs}) in {s['minutes']} minutes, ended by {s['stopped_by']}.")  # fmt: skip
+    return (
+        f"Result: final model {s['final_model']}, greedy val BLEU {s['final_val_bleu']:.2f}; "
+        f"{s['steps']:,} steps ({epochs}) in {s['minutes']} minutes, ended by {s['stopped_by']}."
+    )
 
 
 def with_result(note: str, summary: Mapping[str, object]) -> str:

@@ -195,8 +195,10 @@ def run_of(run_id_file: Path, enabled: bool) -> Tracker:
         return NullTracker()
     location = client().get_run(run_id).info.artifact_uri
     if foreign_artifacts(location, tracking_uri()):
-        print(f"mlflow: run {run_id} keeps its artifacts in {local_path(location)}, outside this checkout "
-              "(mlflow.db was copied or moved from there): nothing is logged to it; rerun the train stage "
-              "here (`dvc repro -f train`) for a run of this checkout's own")  # fmt: skip
+        print(
+            f"mlflow: run {run_id} keeps its artifacts in {local_path(location)}, outside this checkout "
+            "(mlflow.db was copied or moved from there): nothing is logged to it; rerun the train stage "
+            "here (`dvc repro -f train`) for a run of this checkout's own"
+        )
         return NullTracker()
     return MlflowTracker(run_id)

@@ -94,8 +94,10 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
         return
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
-        raise PipelineError(f"MLFLOW_TRACKING_URI={uri}: no tracking server answers ({reason}); start it, "
-                            "or unset MLFLOW_TRACKING_URI to track into mlflow.db") from None  # fmt: skip
+        raise PipelineError(
+            f"MLFLOW_TRACKING_URI={uri}: no tracking server answers ({reason}); start it, "
+            "or unset MLFLOW_TRACKING_URI to track into mlflow.db"
+        ) from None
 
 
 EXPERIMENT_KIND = "mlflow.experimentKind"  # the tag MLflow's UI writes when one picks an experiment's type
@@ -139,9 +141,11 @@ def set_aside(exp_id: str, name: str, location: str) -> None:
     folder, uri = local_path(location), tracking_uri()
     new_name = f"{name} (artifacts in {folder})"
     client().rename_experiment(exp_id, new_name)
-    print(f"mlflow: experiment {name!r} of {uri} keeps its artifacts in {folder}, outside this checkout "
-          f"(the database was copied or moved from there): renamed it {new_name!r}; new runs go to a new "
-          f"{name!r} with artifacts in {local_path(artifact_location(uri))}")  # fmt: skip
+    print(
+        f"mlflow: experiment {name!r} of {uri} keeps its artifacts in {folder}, outside this checkout "
+        f"(the database was copied or moved from there): renamed it {new_name!r}; new runs go to a new "
+        f"{name!r} with artifacts in {local_path(artifact_location(uri))}"
+    )
 
 
 def ui_page(exp_id: str) -> str:

@@ -69,8 +69,10 @@ def start_train_run(params: Params, out_dir: Path, fingerprint: str, start: Trai
         return MlflowTracker(run_id, **options, system_metrics=True)
     run = create_train_run(params, exp_id, start)
     write_json(info, {"run_id": run.info.run_id, "fingerprint": fingerprint})
-    print(f"mlflow: run {run.info.run_name!r} ({run.info.run_id}) in experiment {params.mlflow.experiment!r} "
-          f"at {tracking_uri()}; in `mlflow ui`: {ui_page(exp_id)}")  # fmt: skip
+    print(
+        f"mlflow: run {run.info.run_name!r} ({run.info.run_id}) in experiment {params.mlflow.experiment!r} "
+        f"at {tracking_uri()}; in `mlflow ui`: {ui_page(exp_id)}"
+    )
     return MlflowTracker(run.info.run_id, **options, system_metrics=True)
 
 
@@ -103,9 +105,14 @@ def start_note(params: Params, exp_id: str, start: TrainStart, tags: Mapping[str
 
     data = training_set(params)
     incoming = f" ({', '.join(data.incoming)})" if data.incoming else ""
-    facts = {"started_by": tags["trigger"], "commit": tags[MLFLOW_GIT_COMMIT],
-             "branch": tags.get(MLFLOW_GIT_BRANCH, ""), "data": f"{start.n_pairs:,} pairs of {data.name}{incoming}",
-             "digest": start.digest, "start": _start_words(start.init_from)}  # fmt: skip
+    facts = {
+        "started_by": tags["trigger"],
+        "commit": tags[MLFLOW_GIT_COMMIT],
+        "branch": tags.get(MLFLOW_GIT_BRANCH, ""),
+        "data": f"{start.n_pairs:,} pairs of {data.name}{incoming}",
+        "digest": start.digest,
+        "start": _start_words(start.init_from),
+    }
     previous = _previous_train_run(exp_id)
     if previous is None:
         return describe.start_note(facts, None, [])

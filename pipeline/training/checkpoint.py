@@ -198,9 +198,13 @@ def training_state(
 
 
 def resume(
-    path: Path, identity: dict, model: Transformer, optimizer: torch.optim.Optimizer, world: World,
+    path: Path,
+    identity: dict,
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    world: World,
     ema: EMA | None = None,
-):  # fmt: skip
+):
     """Restore model, optimizer and RNG from `path` (`last.pt`) when rank 0 finds it written by a
     run of the same `identity`; returns its progress dict, or None for a fresh start.
 
@@ -224,8 +228,10 @@ def resume(
     same = state is not None and state.get("fingerprint") == fingerprint(identity)
     if not world.rank0_says(same):
         if state is not None:
-            print(f"{path}: {_what_changed(state.get('identity', {}), identity)}; starting afresh "
-                  "(its checkpoints stay until this run writes its first)")  # fmt: skip
+            print(
+                f"{path}: {_what_changed(state.get('identity', {}), identity)}; starting afresh "
+                "(its checkpoints stay until this run writes its first)"
+            )
         return None
     if not world.is_main:
         state = _load_on_every_rank(path, world)
@@ -266,8 +272,11 @@ def _what_changed(old: dict, new: dict) -> str:
     if not old:
         return "written by an older version"
     before, after = flatten(old), flatten(new)
-    changed = [f"{k} {before.get(k)} -> {after.get(k)}" for k in sorted(before.keys() | after.keys())
-               if before.get(k) != after.get(k)]  # fmt: skip
+    changed = [
+        f"{k} {before.get(k)} -> {after.get(k)}"
+        for k in sorted(before.keys() | after.keys())
+        if before.get(k) != after.get(k)
+    ]
     return "written with other settings: " + ", ".join(changed)
 
 

@@ -32,8 +32,10 @@ def save_final_model(
     start = f"champion v{run.init_from['version']}" if run.init_from else "scratch"
     stop = stopped_by(progress, cfg.optim)
     run.tracker.log_summary(metrics | {"final_model": choice["source"], "stopped_by": stop})
-    print(f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}, ended by {stop}; "
-          f"final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})")  # fmt: skip
+    print(
+        f"train: {progress.step} steps in {metrics['minutes']} minutes from {start}, ended by {stop}; "
+        f"final model {choice['source']} (val BLEU {metrics['final_val_bleu']:.2f})"
+    )
     return metrics, run_facts(cfg, run, choice, stop)
 
 

@@ -131,14 +131,18 @@ def train(
                 if ema is not None:
                     ema.update(model)
                 if not math.isfinite(loss):
-                    raise PipelineError(f"train: loss is {loss} at step {progress.step}; stopped, "
-                                        f"the last good checkpoint is {out_dir / 'last.pt'}")  # fmt: skip
+                    raise PipelineError(
+                        f"train: loss is {loss} at step {progress.step}; stopped, "
+                        f"the last good checkpoint is {out_dir / 'last.pt'}"
+                    )
                 window.add(loss, n_tokens)
                 stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
                 console.update(progress.step, time.time() - started, stats)
                 if threads is not None and threads.update():
-                    console.line(f"threads: {torch.get_num_threads()} (other processes keep "
-                                 f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)")  # fmt: skip
+                    console.line(
+                        f"threads: {torch.get_num_threads()} (other processes keep "
+                        f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)"
+                    )
                 if world.is_main and progress.step % LOG_EVERY == 0:
                     run.tracker.log_metrics(stats, progress.step)
                 if world.is_main and progress.step % cfg.val_every == 0:
@@ -148,7 +152,7 @@ def train(
     if world.rank0_says(bool(stop_request)):  # a signal: save where the run stands, then stop
         if world.is_main:
             progress.wall_seconds = time.time() - started
-            run.tracker.log_checkpoint(save_last(model, optimizer, ema, progress, identity, run))
+            run.tracker.log_checkpoint(save_last(model, progress, state, run=run))
             write_log(progress.log, run.log_csv)
         raise stop_request.stopped(progress.step)
     if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
@@ -204,9 +208,7 @@ def validation_point(
         progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
     else:
         progress.bad_validations += 1
-    save_checkpoints(
-        model, state.optimizer, state.ema, progress, improved, state.identity, cfg.average_last, run
-    )
+    save_checkpoints(model, progress, state, improved=improved, average_last=cfg.average_last, run=run)
     write_log(progress.log, run.log_csv)
     state.window.reset()
 
@@ -328,15 +330,14 @@ def to_tensors(
 
 
 def save_checkpoints(
-    model,
-    optimizer,
-    ema: EMA | None,
+    model: Transformer,
     progress: Progress,
+    state: TrainState,
+    *,
     improved: bool,
-    identity: dict,
     average_last: int,
-    run,
-):
+    run: RunContext,
+) -> None:
     """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
     `average_last` kept), then `last.pt` (everything). Each file goes to the tracker as it is
     written, which uploads those `mlflow.log_checkpoints` asks for."""
@@ -346,16 +347,18 @@ def save_checkpoints(
     name = f"step{progress.step:07d}.pt"
     written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}, spm))
     progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
-    written.append(save_last(model, optimizer, ema, progress, identity, run))
+    written.append(save_last(model, progress, state, run=run))
     for path in written:
         run.tracker.log_checkpoint(path)
 
 
-def save_last(model, optimizer, ema: EMA | None, progress: Progress, identity: dict, run) -> Path:
+def save_last(model: Transformer, progress: Progress, state: TrainState, *, run: RunContext) -> Path:
     """`last.pt`: weights, optimizer, RNG, data position and progress: what continues the run exactly.
     The folder is then mirrored outside DVC's outputs (`shadow`), where `dvc exp run` cannot reset it."""
-    state = checkpoint.training_state(model, optimizer, asdict(progress), identity, ema)
-    path = checkpoint.save(run.out_dir / "last.pt", state, run.spm_sha256)
+    training_state = checkpoint.training_state(
+        model, state.optimizer, asdict(progress), state.identity, state.ema
+    )
+    path = checkpoint.save(run.out_dir / "last.pt", training_state, run.spm_sha256)
     shadow.mirror(run.out_dir)
     return path
 
@@ -390,9 +393,15 @@ def bleu_validation(
     """Validation on Multi30k val sentences (`val["en"]`, `val[tgt]`): loss, and sacreBLEU of the
     greedy outputs (`val_bleu`)."""
     return Validation(
-        encode_pairs(tok, val["en"], val[tgt]), list(val[tgt]), tok.decode, "val_bleu",
-        lambda hyps, refs: score(hyps, refs)["bleu"], decode, max_tokens, device,
-    )  # fmt: skip
+        encode_pairs(tok, val["en"], val[tgt]),
+        list(val[tgt]),
+        tok.decode,
+        "val_bleu",
+        lambda hyps, refs: score(hyps, refs)["bleu"],
+        decode,
+        max_tokens,
+        device,
+    )
 
 
 def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | None = None) -> list[Pair]:

@@ -39,8 +39,10 @@ def check_compatible(state: dict, champion_spm_sha256: str, model: Transformer, 
     theirs, ours = state["model_cfg"], model.cfg.model_dump()
     for name in ARCHITECTURE:
         if theirs.get(name) != ours[name]:
-            raise CheckpointError(f"train.init_from: {who} was trained with {name} {theirs.get(name)}, "
-                                  f"this run has {ours[name]} (train.model.{name})")  # fmt: skip
+            raise CheckpointError(
+                f"train.init_from: {who} was trained with {name} {theirs.get(name)}, "
+                f"this run has {ours[name]} (train.model.{name})"
+            )
     if state["vocab_size"] != model.vocab_size or champion_spm_sha256 != sha256(spm_model):
         raise CheckpointError(
             f"train.init_from: {who} was trained with another tokenizer (vocabulary {state['vocab_size']}, "
@@ -60,8 +62,10 @@ def champion_files(model_name: str) -> tuple[dict, str, dict]:
 
     version = version_by_alias(model_name, ALIAS)
     if version is None:
-        raise CheckpointError(f"train.init_from: MLflow model {model_name!r} has no 'champion' version "
-                              "(promote one with `python -m pipeline.ops.flow run`, or set init_from: null)")  # fmt: skip
+        raise CheckpointError(
+            f"train.init_from: MLflow model {model_name!r} has no 'champion' version "
+            "(promote one with `python -m pipeline.ops.flow run`, or set init_from: null)"
+        )
     who = f"champion v{version.version} of {model_name!r}"
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -120,6 +124,8 @@ def initial_weights(params, model, spm_model: Path, verbose: bool) -> dict | Non
         raise ConfigError("params.yaml: train.init_from: champion needs mlflow.enabled: true")
     source = warm_start(model, params.mlflow.model_name, spm_model)
     if verbose:
-        print(f"train: warm start from champion v{source['version']} of {params.mlflow.model_name!r} "
-              f"(run {source['run_id']}): fine-tuning its weights, not a fresh initialisation")  # fmt: skip
+        print(
+            f"train: warm start from champion v{source['version']} of {params.mlflow.model_name!r} "
+            f"(run {source['run_id']}): fine-tuning its weights, not a fresh initialisation"
+        )
     return source
