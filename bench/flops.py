@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import torch
+from torch.utils import benchmark
 
-from bench.common import timed
 
-
-def matmul_peak_gflops(dtype: torch.dtype, device: torch.device, size: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of the fastest of `repeats` `[size, size] @ [size, size]` products in `dtype`."""
+def matmul_peak_gflops(
+    dtype: torch.dtype, device: torch.device, size: int = 2048, min_run_s: float = 0.5
+) -> float:
+    """GFLOP/s of a `[size, size] @ [size, size]` product in `dtype`: the fastest block of
+    `torch.utils.benchmark`'s `blocked_autorange` (warmed up, CUDA synchronised, at least
+    `min_run_s` seconds of products, at torch's current thread count)."""
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
-    a @ b  # warm-up: kernel selection, page faults
-    best = min(timed(lambda: a @ b, device) for _ in range(repeats))
-    return 2 * size**3 / best / 1e9
+    timer = benchmark.Timer("a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads())
+    measurement = timer.blocked_autorange(min_run_time=min_run_s)
+    return 2 * size**3 / min(measurement.times) / 1e9

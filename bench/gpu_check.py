@@ -223,8 +223,8 @@ def peak_gflops(device: torch.device, bf16: bool) -> float:
     """This machine's matmul peak in the training's dtype (bench.flops, large squares on CUDA)."""
     from bench.flops import matmul_peak_gflops
 
-    size, repeats = (8192, 10) if device.type == "cuda" else (512, 3)
-    return matmul_peak_gflops(torch.bfloat16 if bf16 else torch.float32, device, size, repeats)
+    size, min_run_s = (8192, 1.0) if device.type == "cuda" else (512, 0.2)
+    return matmul_peak_gflops(torch.bfloat16 if bf16 else torch.float32, device, size, min_run_s=min_run_s)
 
 
 def training_facts(work: Path, params: dict) -> dict:
