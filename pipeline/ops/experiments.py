@@ -33,7 +33,7 @@ CURVE_FIGURE = HYPS_DIR / "greedy_val_by_tokens.png"
 LEVELS = (40.0, 41.0)  # val BLEU levels the curve table says when each candidate passed
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
-RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.")
+RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.", "distill.")
 BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "train.optim.max_minutes",
     "train.optim.device",
@@ -42,6 +42,9 @@ BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "tokenizer.out_dir",
     "decode.batch_size",
     *(f"decode.{name}" for name in DecodeConfig.PATHS),
+    "distill.teacher_dir",
+    "distill.out_jsonl",
+    "distill.facts_json",
 }
 
 
