@@ -167,6 +167,7 @@ def local_copy(model_uri: str) -> str:
         return model_uri
     import mlflow
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # else a bar in the server's log
     folder = tempfile.mkdtemp(prefix="mt-serve-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
