@@ -146,6 +146,23 @@ def test_decoding_flags_reach_the_search_and_are_validated(tiny_translator_files
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("mt-translate ")
 
 
+def test_the_target_language_comes_from_the_params_file(tiny_translator_files, tmp_path, monkeypatch) -> None:
+    import pipeline.ops.cli as cli_module
+
+    seen = []
+
+    def recording(engine, lines, cfg, **kwargs):
+        seen.append(kwargs["tgt_lang"])
+        return translate_lines(engine, lines, cfg, **kwargs)
+
+    monkeypatch.setattr(cli_module, "translate_lines", recording)
+    params = tmp_path / "params.yaml"
+    params.write_text("download:\n  tgt_lang: fr\n")
+    cli(tiny_translator_files, "--params", str(params), "He came 1st.")
+    cli(tiny_translator_files, "He came 1st.")  # the repository's params.yaml: German
+    assert seen == ["fr", "de"]
+
+
 def test_defaults_resolve_from_the_repository(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     args, params = parser().parse_args([]), Params()
@@ -240,10 +257,23 @@ def test_ctrl_c_ends_it_quietly_with_exit_130(tiny_translator_files, tmp_path) -
     assert proc.returncode == 130 and err == b""
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.3])
+def wait_until_torch_loads(proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Return once `proc` has mapped torch's libraries: our code is running and importing torch.
+
+    (A Ctrl-C earlier, while Python itself starts, gets Python's own traceback: no code of ours
+    has run yet, on a busy machine for a second or more.)
+    """
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.monotonic() + timeout_s
+    while "torch" not in maps.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, "torch never loaded"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3])
 def test_ctrl_c_while_starting_is_quiet_too(delay: float, tiny_translator_files, tmp_path) -> None:
     """Ctrl-C while torch is still importing (its first second or two): exit 130, no traceback."""
     proc = translate_process(tiny_translator_files, tmp_path, subprocess.PIPE)  # then waits for stdin
+    wait_until_torch_loads(proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

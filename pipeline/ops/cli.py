@@ -196,16 +196,23 @@ def run_device(args: argparse.Namespace) -> torch.device:
 
 
 def outputs(
-    engine: Engine, batch: list[str], first_line: int, cfg: DecodeConfig, *, n_best: int | None, max_len: int
+    engine: Engine,
+    batch: list[str],
+    first_line: int,
+    cfg: DecodeConfig,
+    *,
+    n_best: int | None,
+    max_len: int,
+    tgt_lang: str,
 ) -> Iterable[str]:
-    """The output of each line of `batch`, input line numbers counted from `first_line`.
+    """The output of each line of `batch` into `tgt_lang`, input line numbers counted from `first_line`.
 
     Each is its translation or, with `n_best` K, K lines `<line>\t<rank>\t<score>\t<translation>`
     (rank from 1, best first; score: the length-normalised log-probability).
     """
     if n_best is None:
-        return translate_lines(engine, batch, cfg, max_pieces=max_len)
-    nbest = translate_lines_n_best(engine, batch, cfg, n_best, max_pieces=max_len)
+        return translate_lines(engine, batch, cfg, max_pieces=max_len, tgt_lang=tgt_lang)
+    nbest = translate_lines_n_best(engine, batch, cfg, n_best, max_pieces=max_len, tgt_lang=tgt_lang)
     return (
         "\n".join(f"{number}\t{rank}\t{score:.4f}\t{text}" for rank, (text, score) in enumerate(entries, 1))
         for number, entries in enumerate(nbest, start=first_line)
@@ -281,7 +288,9 @@ def run(args: argparse.Namespace) -> Iterator[str]:
     first: tuple[str, str] | None = None
     number = 1
     for batch in input_batches(args.sentences):
-        translated = outputs(engine, batch, number, cfg, n_best=args.n_best, max_len=max_len)
+        translated = outputs(
+            engine, batch, number, cfg, n_best=args.n_best, max_len=max_len, tgt_lang=params.download.tgt_lang
+        )
         number += len(batch)
         for line, output in zip(batch, translated, strict=True):
             if args.attention is not None and first is None and drawable(engine, line, max_len):
