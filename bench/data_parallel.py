@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -30,12 +29,13 @@ from bench.common import (
     table,
 )
 from bench.levers import PAPER, PAPER_MAX_TOKENS
-from bench.train_speed import make_batch
+from bench.train_speed import Batch, make_batch, real_batches
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
 from pipeline.core.device import use_bf16
 from pipeline.core.errors import ConfigError, run_main
-from pipeline.data.batching import Pair, make_batches
+from pipeline.data.batching import Pair
 from pipeline.model.transformer import Transformer
+from pipeline.serving.mlflow_server import free_port
 from pipeline.training import loop
 from pipeline.training.distributed import World
 from pipeline.training.loop import RunContext, encode_pairs, make_optimizer
@@ -48,7 +48,7 @@ def updates(pairs: list[Pair], optim: OptimConfig, n: int) -> list[Update]:
     """The first `n` optimizer steps of the trainer's epoch-0 order: `optim.accum_steps`
     batches of `optim.max_tokens` each."""
     k = optim.accum_steps
-    batches = [[pairs[i] for i in b] for b in make_batches(pairs, optim.max_tokens, optim.seed, 0)]
+    batches = real_batches(pairs, optim, n * k)
     if len(batches) < n * k:
         raise ConfigError(f"bench: {len(batches)} batches of training data, {n * k} needed")
     return [batches[i * k : (i + 1) * k] for i in range(n)]
@@ -64,10 +64,10 @@ def rank_updates(pairs: list[Pair], optim: OptimConfig, n: int, ranks: int) -> l
     return updates(pairs, with_updates(optim, shared), n)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def train_steps(net, opt, steps: list[list[Batch]], *, optim: OptimConfig, run: RunContext) -> None:
+    """The trainer's optimizer step (`loop.train_step`) on each step's micro-batches, in order."""
+    for micro in steps:
+        loop.train_step(net, opt, [[b.src, b.tgt_in, b.tgt_out] for b in micro], optim.peak_lr, optim, run)
 
 
 def _worker(rank: int, ranks: int, port: int, job: dict, commands: mp.Queue, results: mp.Queue) -> None:
@@ -86,9 +86,7 @@ def _worker(rank: int, ranks: int, port: int, job: dict, commands: mp.Queue, res
     while (span := commands.get()) is not None:
         dist.barrier()
         start = time.perf_counter()
-        for i in range(*span):
-            micro = [[b.src, b.tgt_in, b.tgt_out] for b in steps[i]]
-            loop.train_step(net, opt, micro, optim.peak_lr, optim, run)
+        train_steps(net, opt, steps[slice(*span)], optim=optim, run=run)
         dist.barrier()
         if rank == 0:
             results.put(time.perf_counter() - start)
@@ -105,7 +103,7 @@ class Lanes:
         self.opt = make_optimizer(self.model, job["optim"])
         self.run = RunContext(Path(), Path(), "bench", bf16=job["bf16"])
         self.steps = [[make_batch(b, job["ids"], CPU) for b in u] for u in job["updates"]]
-        ctx, port = mp.get_context("spawn"), _free_port()
+        ctx, port = mp.get_context("spawn"), free_port()
         self.commands = [ctx.Queue() for _ in range(ranks)]
         self.results = ctx.Queue()
         worker_job = {**job, "updates": ddp_updates}
@@ -119,11 +117,7 @@ class Lanes:
     def one_process(self, span: tuple[int, int]) -> float:
         torch.set_num_threads(self.threads)
         start = time.perf_counter()
-        for i in range(*span):
-            micro = [[b.src, b.tgt_in, b.tgt_out] for b in self.steps[i]]
-            loop.train_step(
-                self.model, self.opt, micro, self.job["optim"].peak_lr, self.job["optim"], self.run
-            )
+        train_steps(self.model, self.opt, self.steps[slice(*span)], optim=self.job["optim"], run=self.run)
         return time.perf_counter() - start
 
     def data_parallel(self, span: tuple[int, int]) -> float:
