@@ -22,13 +22,12 @@ from bench.common import (
     command_line,
     load_inputs,
     median,
-    model_config,
     parse_override,
     record,
     sig,
     table,
 )
-from bench.levers import PAPER, PAPER_MAX_TOKENS
+from bench.levers import named_shapes
 from bench.train_speed import Batch, make_batch, real_batches
 from pipeline.core.config import ModelConfig, OptimConfig, with_updates
 from pipeline.core.device import use_bf16
@@ -199,21 +198,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if base.device not in ("auto", "cpu"):
         raise ConfigError(f"bench.data_parallel races CPU processes; train.optim.device is {base.device!r}")
     bf16 = use_bf16(CPU, base.precision)
-    override = parse_override(args.model_override)
-    shapes = {
-        "paper": (PAPER, {"max_tokens": PAPER_MAX_TOKENS, "accum_steps": 2}),
-        "default": ({}, {}),
-    }
-    names = args.configs.split(",")
-    if any(n not in shapes for n in names):
-        raise ConfigError(f"--configs {args.configs!r}: choose from {sorted(shapes)}")
+    shapes = named_shapes(args.configs, params, parse_override(args.model_override))
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     common = {"vocab": tok.vocab_size, "ids": (tok.pad_id, tok.bos_id, tok.eos_id), "bf16": bf16}
     rows = []
-    for name in names:
-        fields, optim_fields = shapes[name]
-        cfg = model_config(params.train.model, **{**fields, **override})
-        rows += race_shape(name, cfg, with_updates(base, optim_fields), pairs=pairs, common=common, args=args)
+    for name, cfg, optim in shapes:
+        rows += race_shape(name, cfg, optim, pairs=pairs, common=common, args=args)
     print("\n".join(table(rows)))
     figures = {"data_parallel_detail": rows}
     record(args.out_dir, "data_parallel", command_line("bench.data_parallel", argv), figures, CPU)

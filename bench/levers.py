@@ -28,7 +28,7 @@ from bench.common import (
     table,
 )
 from bench.train_speed import Batch, Runner, make_batch, matmul_peaks, race_lanes, real_batches
-from pipeline.core.config import with_updates
+from pipeline.core.config import ModelConfig, OptimConfig, Params, with_updates
 from pipeline.core.device import setup
 from pipeline.core.errors import ConfigError, run_main
 from pipeline.model import transformer
@@ -38,6 +38,28 @@ from pipeline.training.loop import encode_pairs, make_optimizer
 
 PAPER = {**WU_TINY, "dropout": 0.3, "act_dropout": 0.0, "attn_dropout": 0.0}  # docs/results.md
 PAPER_MAX_TOKENS = 3750
+PAPER_OPTIM = {"max_tokens": PAPER_MAX_TOKENS, "accum_steps": 2}  # the recipe's 7,500-token updates
+
+
+def named_shapes(configs: str, params: Params, override: dict) -> list[tuple[str, ModelConfig, OptimConfig]]:
+    """(name, model, optim) of each name in the comma-separated `configs`: 'paper' (Wu et al.'s
+    shape with the paper recipe's batches) or 'default' (params' `train`), `override` on the model.
+
+    Raises:
+        ConfigError: a name that is neither.
+    """
+    known = {"paper": (PAPER, PAPER_OPTIM), "default": ({}, {})}
+    names = configs.split(",")
+    if any(n not in known for n in names):
+        raise ConfigError(f"--configs {configs!r}: choose from {sorted(known)}")
+    return [
+        (
+            n,
+            model_config(params.train.model, **{**known[n][0], **override}),
+            with_updates(params.train.optim, known[n][1]),
+        )
+        for n in names
+    ]
 
 
 @dataclass(frozen=True)
@@ -140,20 +162,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     params, tok, corpus = load_inputs(args.params)
     base = params.train.optim
     device, bf16 = setup(base.device, base.precision, base.threads)
-    override = parse_override(args.model_override)
-    shapes = {"paper": (PAPER, PAPER_MAX_TOKENS), "default": ({}, base.max_tokens)}
-    names = args.configs.split(",")
-    if any(n not in shapes for n in names):
-        raise ConfigError(f"--configs {args.configs!r}: choose from {sorted(shapes)}")
+    shapes = named_shapes(args.configs, params, parse_override(args.model_override))
     pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
     peaks = matmul_peaks(device, bf16, args.peak_size or (8192 if device.type == "cuda" else 2048))
     peak = peaks["bf16" if bf16 else "fp32"]
     rows = []
-    for name in names:
-        fields, max_tokens = shapes[name]
-        cfg = model_config(params.train.model, **{**fields, **override})
-        optim = with_updates(base, {"max_tokens": max_tokens})
+    for name, cfg, optim in shapes:
         rows += race_config(
             name,
             cfg,
