@@ -16,7 +16,7 @@ from pipeline.core.errors import DataError
 from pipeline.data.corpus import TokenizedCorpus, write_corpus
 from pipeline.data.incoming import read_merged, write_merged
 from pipeline.data.placeholders import protect_pair
-from pipeline.data.prepare import prepare
+from pipeline.data.prepare import Sampling, prepare
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.training.loop import RunContext, encode_pairs, train
@@ -108,6 +108,26 @@ def test_prepare_stores_what_encoding_in_memory_gives(tmp_path: Path, tok: Token
     assert [corpus[i] for i in range(len(corpus))] == expected
     assert (meta["pairs"], meta["dropped_max_len"], meta["max_len"]) == (4, 1, 64)
     assert json.loads((tmp_path / "ids" / "meta.json").read_text())["dropped_max_len"] == 1
+
+
+def test_subword_sampling_writes_copies_that_decode_to_the_same_pair(tmp_path: Path, tok: Tokenizer) -> None:
+    """Kudo 2018: each copy is another segmentation of the same text; a seed repeats the copies."""
+    write_merged(tmp_path / "merged.jsonl", MERGED[:3])
+    sampling = Sampling(alpha=0.1, copies=4, seed=7)
+    meta = prepare(tmp_path / "merged.jsonl", tok, tmp_path / "a", 64, "de", {}, sampling)
+    corpus = TokenizedCorpus.open(tmp_path / "a")
+    assert (meta["pairs"], meta["sampling"]) == (12, {"alpha": 0.1, "copies": 4, "seed": 7})
+    plain = encode_pairs(tok, *zip(*(protect_pair(en, de) for en, de in MERGED[:3]), strict=True))
+    copies = [[corpus[c * 3 + i] for c in range(4)] for i in range(3)]
+    for (src, tgt), sampled in zip(plain, copies, strict=True):
+        assert {(tok.decode(s), tok.decode(t)) for s, t in sampled} == {(tok.decode(src), tok.decode(tgt))}
+    assert any(len({tuple(s) for s, _ in sampled}) > 1 for sampled in copies)  # not one segmentation
+    prepare(tmp_path / "merged.jsonl", tok, tmp_path / "b", 64, "de", {}, sampling)
+    prepare(
+        tmp_path / "merged.jsonl", tok, tmp_path / "c", 64, "de", {}, Sampling(alpha=0.1, copies=4, seed=8)
+    )
+    digests = [TokenizedCorpus.open(tmp_path / d).digest() for d in "abc"]
+    assert digests[0] == digests[1] != digests[2]
 
 
 def test_prepare_of_a_bad_line_writes_nothing(tmp_path: Path, tok: Tokenizer) -> None:

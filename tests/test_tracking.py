@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 from toy_train import PAD, TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
-from pipeline.core.config import IncomingConfig, MlflowConfig, OptimConfig, Params, TrainConfig, flatten
+from pipeline.core.config import (
+    DistillConfig,
+    IncomingConfig,
+    MlflowConfig,
+    OptimConfig,
+    Params,
+    PrepareConfig,
+    TrainConfig,
+    flatten,
+)
 from pipeline.core.errors import PipelineError
 from pipeline.core.run_id import read_run_id, write_run_id
 from pipeline.model.transformer import Transformer
@@ -224,13 +233,29 @@ def test_changes_list_what_differs_and_cut_after_the_limit():
 def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
     params = Params()
     logged = train_run.run_params(params)
-    assert {k.split(".")[0] for k in logged} == {"download", "tokenizer", "train"}  # no warmup_train, decode
+    assert {k.split(".")[0] for k in logged} == {"download", "tokenizer", "distill", "prepare", "train"}
     assert not [k for k in logged if k.endswith(train_run.PATH_SUFFIXES) or k in train_run.NOT_SHAPING]
     every = flatten(params.model_dump())
     paths = {str(v) for k, v in every.items() if k.endswith(train_run.PATH_SUFFIXES)}
     assert not paths & {str(v) for v in logged.values()}
     assert logged["train.optim.peak_lr"] == 0.002 and logged["tokenizer.vocab_size"] == 8000
-    assert len(logged) == 3 + 3 + 3 + 9 + 17 + 2  # download, tokenizer, train (+ model, optim, dist)
+    assert logged["distill.teacher"] == () and logged["prepare.sampling_alpha"] is None
+    assert len(logged) == 3 + 3 + 2 + 3 + 3 + 9 + 17 + 2  # download ... train (+ model, optim, dist)
+
+
+def test_the_recipe_names_the_teacher_and_subword_sampling():
+    params = Params()
+    assert train_run.recipe_words(params).startswith("the training pairs as given")
+    recipe = params.model_copy(
+        update={
+            "distill": DistillConfig(teacher=("seed2.pt", "seed3.pt")),
+            "prepare": PrepareConfig(sampling_alpha=0.3),
+        }
+    )
+    assert train_run.recipe_words(recipe) == (
+        "distilled from seed2.pt + seed3.pt, with the original pairs; "
+        "subword sampling alpha 0.3 (16 copies, seed 0)"
+    )
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -350,6 +375,7 @@ def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_descrip
     assert first.startswith("Training run started by `dvc repro` at commit")
     assert "500 pairs of multi30k-en-de+incoming (a.tsv, b.tsv), digest `aaaaaaaaaaaa`" in first
     assert "The first training run of this experiment." in first
+    assert "Recipe: the training pairs as given (no distillation, no subword sampling)." in first
     assert second.startswith("Training run started by `flow manual 13:05`")
     changed = "data.digest aaaaaaaaaaaa → bbbbbbbbbbbb; data.pairs 500 → 520"
     assert f"Changed since `{names[0]}`: {changed}." in second
@@ -360,7 +386,7 @@ def test_a_run_logs_each_shaping_param_once_and_no_warmup_or_paths(tracked_param
     tracker.finish()
     params = tracker.client.get_run(tracker.run_id).data.params
     assert params == {k: str(v) for k, v in train_run.run_params(tracked_params).items()}
-    assert len(params) == 37 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
+    assert len(params) == 42 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
     assert not [v for v in params.values() if "/" in v]  # no paths (the default incoming folder, ...)
 
 

@@ -319,6 +319,12 @@ class PrepareConfig(Section):
     """Stage `prepare`: the merged training set tokenized once, memory-mapped (`pipeline.data.corpus`)."""
 
     out_dir: str = "data/train_ids"
+    # Subword sampling (Kudo 2018, section 3): each pair written `sampling_copies` times, each
+    # copy both sides segmented by a sample from the unigram model's lattice at smoothing
+    # `sampling_alpha` (smaller: more varied); None = off, one best segmentation per pair.
+    sampling_alpha: float | None = Field(default=None, gt=0.0)
+    sampling_copies: int = Field(default=16, ge=1)
+    sampling_seed: int = 0  # SentencePiece's sampler seed: the same copies on every run
 
 
 class PromotionConfig(Section):

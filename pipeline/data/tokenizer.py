@@ -160,6 +160,19 @@ class Tokenizer:
         """Many texts → piece ids each, without bos/eos."""
         return self.sp.encode(list(texts), out_type=int)
 
+    def sample_batch(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
+        """Many texts → piece ids each, every segmentation sampled from the unigram lattice
+        (Kudo 2018, section 3: all candidates, probabilities smoothed by `alpha`), without bos/eos.
+        A sample that decodes to other text than the best segmentation (an unknown piece across a
+        user-defined symbol) is replaced by the best. The same `seed` gives the same samples
+        (SentencePiece seeds each batch call's sampler from its global seed)."""
+        spm.set_random_generator_seed(seed)
+        sampled = self.sp.encode(
+            list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
+        )
+        best = self.encode_batch(texts)
+        return [s if self.decode(s) == self.decode(b) else b for s, b in zip(sampled, best, strict=True)]
+
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids → text; pad, bos and eos ids are dropped, unk shows as " ⁇ "."""
         return self.sp.decode([int(i) for i in ids if int(i) not in self._skip])

@@ -55,7 +55,8 @@ def changes(before: Mapping[str, str], after: Mapping[str, str], limit: int = 8)
 
 def start_note(facts: Mapping[str, str], previous: str | None, changed: list[str]) -> str:
     """The description a train run starts with. `facts`: `started_by`, `commit`, `branch` (may be
-    empty), `data` (e.g. "500 pairs of multi30k-en-de"), `digest`, `start` ("from scratch", ...);
+    empty), `data` (e.g. "500 pairs of multi30k-en-de"), `digest`, `start` ("from scratch", ...),
+    optionally `recipe` (e.g. "distilled from seed2.pt");
     `previous`: the name of the experiment's previous train run (None: none), `changed`: what
     differs from it (`changes`)."""
     where = f"commit `{facts['commit'][:7]}`" + (f" on branch `{facts['branch']}`" if facts["branch"] else "")
@@ -63,6 +64,8 @@ def start_note(facts: Mapping[str, str], previous: str | None, changed: list[str
         f"Training run started by `{facts['started_by']}` at {where}.",
         f"Data: {facts['data']}, digest `{facts['digest'][:12]}`; {facts['start']}.",
     ]
+    if facts.get("recipe"):
+        lines.append(f"Recipe: {facts['recipe']}.")
     if previous is None:
         lines.append("The first training run of this experiment.")
     else:

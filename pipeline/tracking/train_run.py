@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pipeline.core.config import Params
 
 
-RUN_SECTIONS = ("download", "tokenizer", "train")  # the params sections that shape a train run
+RUN_SECTIONS = ("download", "tokenizer", "distill", "prepare", "train")  # the sections that shape a train run
 
 PATH_SUFFIXES = ("_dir", "_file", "_json", "_jsonl", "_csv")  # fields that say where, not what
 
@@ -112,6 +112,7 @@ def start_note(params: Params, exp_id: str, start: TrainStart, tags: Mapping[str
         "data": f"{start.n_pairs:,} pairs of {data.name}{incoming}",
         "digest": start.digest,
         "start": _start_words(start.init_from),
+        "recipe": recipe_words(params),
     }
     previous = _previous_train_run(exp_id)
     if previous is None:
@@ -129,6 +130,21 @@ def data_tags(params: Params, start: TrainStart) -> dict[str, str]:
     pinned = "".join(f"{n} {sha}\n" for n, sha in sorted(corpus_files(params.download.tgt_lang).items()))
     multi30k = hashlib.sha256(pinned.encode()).hexdigest()[:12]
     return {"data.pairs": str(start.n_pairs), "data.digest": start.digest[:12], "data.multi30k": multi30k}
+
+
+def recipe_words(params: Params) -> str:
+    """The training data's recipe in a few words: the distillation teacher and subword sampling,
+    when on (e.g. "distilled from seed2.pt + seed3.pt, with the original pairs")."""
+    words = []
+    if params.distill.teacher:
+        kept = "with the original pairs" if params.distill.keep_original else "its translations alone"
+        words.append(f"distilled from {' + '.join(params.distill.teacher)}, {kept}")
+    if params.prepare.sampling_alpha is not None:
+        p = params.prepare
+        words.append(
+            f"subword sampling alpha {p.sampling_alpha} ({p.sampling_copies} copies, seed {p.sampling_seed})"
+        )
+    return "; ".join(words) or "the training pairs as given (no distillation, no subword sampling)"
 
 
 def _start_words(init_from: dict | None) -> str:
