@@ -54,9 +54,10 @@ def updates(pairs: list[Pair], optim: OptimConfig, n: int) -> list[Update]:
 
 
 def rank_updates(pairs: list[Pair], optim: OptimConfig, n: int, ranks: int) -> list[Update]:
-    """The same `n` steps for `ranks` processes, each step's micro-batches dealt out `[r::ranks]`
-    (the trainer's DDP order): `optim`'s own batches when they divide evenly, else batches of
-    1/`ranks` the tokens, so that a step holds about the same target tokens."""
+    """The same `n` steps for `ranks` processes, each step's micro-batches dealt out `[r::ranks]`.
+
+    That is the trainer's DDP order. The batches are `optim`'s own when they divide evenly, else batches
+    of 1/`ranks` the tokens, so that a step holds about the same target tokens."""
     if optim.accum_steps % ranks == 0:
         return updates(pairs, optim, n)
     shared = {"max_tokens": optim.max_tokens // ranks, "accum_steps": optim.accum_steps * ranks}
@@ -66,7 +67,9 @@ def rank_updates(pairs: list[Pair], optim: OptimConfig, n: int, ranks: int) -> l
 def train_steps(net, opt, steps: list[list[Batch]], *, optim: OptimConfig, run: RunContext) -> None:
     """The trainer's optimizer step (`loop.train_step`) on each step's micro-batches, in order."""
     for micro in steps:
-        loop.train_step(net, opt, [[b.src, b.tgt_in, b.tgt_out] for b in micro], optim.peak_lr, optim, run)
+        loop.train_step(
+            net, opt, [[b.src, b.tgt_in, b.tgt_out] for b in micro], lr=optim.peak_lr, cfg=optim, run=run
+        )
 
 
 def _worker(rank: int, ranks: int, port: int, job: dict, commands: mp.Queue, results: mp.Queue) -> None:

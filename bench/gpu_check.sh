@@ -3,7 +3,8 @@
 # budget, written up in reports/gpu.json (bench/gpu_check.py does the work; this script sets up).
 #
 #   bench/gpu_check.sh --prepare          HERE, with PyPI: the wheels the GPU machine lacks into .whl/,
-#                                         the Multi30k EN/DE files into .m30k/ (both git-ignored)
+#                                         DVC's reading of dvc.yaml into .whl/stages.json, the
+#                                         Multi30k EN/DE files into .m30k/ (both git-ignored)
 #   bench/gpu_check.sh [ARGS]             ON THE GPU MACHINE (no registry): installs .whl/*.whl into
 #                                         /tmp/site, then `python3 -m bench.gpu_check ARGS`
 #   bench/gpu_check.sh --cpu-dry-run      on a CPU: the same plumbing on tiny data, nothing installed
@@ -39,6 +40,7 @@ prepare() {
   for split in train val test_2016_flickr test_2017_flickr; do
     cp "$MIRROR_SRC/$split.en.gz" "$MIRROR_SRC/$split.de.gz" .m30k/
   done
+  python3 -c 'from bench.gpu_check import write_stage_plan; write_stage_plan()'  # needs DVC: here only
   du -sh .whl .m30k
 }
 

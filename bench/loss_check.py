@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm), tok.vocab_size)
     val = load_corpus(params.download.out_dir)["val"][:]
-    validate = loop.bleu_validation(tok, val, params.decode, optim.max_tokens, device)
+    validate = loop.bleu_validation(tok, val, params.decode, max_tokens=optim.max_tokens, device=device)
     curves, ends = {}, {}
     for on in (False, True):
         model = loop.new_model(cfg, tok.vocab_size, tok.pad_id, optim.seed)

@@ -125,7 +125,7 @@ def profile_steps(model, opt, batches, optim, run) -> tuple[dict, dict, float]:
     step = [[b.src, b.tgt_in, b.tgt_out] for b in batches]
     with labelled(model), profile(activities=[ProfilerActivity.CPU]) as prof:
         for micro in step:
-            loop.train_step(model, opt, [micro], optim.peak_lr, optim, run)
+            loop.train_step(model, opt, [micro], lr=optim.peak_lr, cfg=optim, run=run)
     events = prof.events()
     wall = sum(e.self_cpu_time_total for e in events)
     groups, ops = group_events(events)
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     opt = loop.make_optimizer(model, optim)
     run = loop.RunContext(None, None, "bench", device=device, bf16=bf16, fused_loss=not args.unfused_loss)
     for b in batches[: args.warmup]:
-        loop.train_step(model, opt, [[b.src, b.tgt_in, b.tgt_out]], optim.peak_lr, optim, run)
+        loop.train_step(model, opt, [[b.src, b.tgt_in, b.tgt_out]], lr=optim.peak_lr, cfg=optim, run=run)
     timed = batches[args.warmup :]
     groups, ops, _ = profile_steps(model, opt, timed, optim, run)
     tokens = sum(b.tokens for b in timed)

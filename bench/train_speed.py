@@ -96,7 +96,9 @@ def step_of(runner: Runner, batch: Batch, optim: OptimConfig) -> Callable[[], ob
             Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16, fused_loss=runner.fused_loss
         )
         micro_batches = [[batch.src, batch.tgt_in, batch.tgt_out]]
-        return partial(loop.train_step, runner.model, runner.opt, micro_batches, optim.peak_lr, optim, run)
+        return partial(
+            loop.train_step, runner.model, runner.opt, micro_batches, lr=optim.peak_lr, cfg=optim, run=run
+        )
     return partial(baseline_step, runner.model, runner.opt, runner.bf16, batch, optim)
 
 

@@ -24,10 +24,10 @@ def main() -> None:
         params.distill.out_jsonl,
         Tokenizer.load(spm),
         params.prepare.out_dir,
-        params.train.max_len,
-        params.download.tgt_lang,
-        {"spm_sha256": model_sha256(spm), "tgt_lang": params.download.tgt_lang},
-        sampling,
+        max_len=params.train.max_len,
+        tgt=params.download.tgt_lang,
+        meta={"spm_sha256": model_sha256(spm), "tgt_lang": params.download.tgt_lang},
+        sampling=sampling,
     )
     print(
         f"prepare: {meta['pairs']} pairs ({meta['dropped_max_len']} dropped: a side over "

@@ -1,10 +1,9 @@
 """DVC stage `train`: the Transformer on Multi30k train + incoming pairs. Usage: `python -m stages.train`.
 
-Reads the pairs the `prepare` stage tokenized (`prepare.out_dir`, memory-mapped) and Multi30k val.
-
-Writes `model.pt` and checkpoints, the validation log, metrics, facts and the MLflow run id (`train.*`);
-continues from `last.pt` when the run's identity is unchanged; `train.init_from: champion` starts from the
-champion's weights (`pipeline.training.warm_start`); above one process it relaunches itself under torchrun.
+Reads the pairs the `prepare` stage tokenized (`prepare.out_dir`, memory-mapped) and Multi30k val. Writes
+`model.pt` and checkpoints, the validation log, metrics, facts and the MLflow run id (`train.*`); continues
+from `last.pt` when the run's identity is unchanged; `train.init_from: champion` starts from the champion's
+weights (`pipeline.training.warm_start`); above one process it relaunches itself under torchrun.
 """
 
 from __future__ import annotations
@@ -44,7 +43,9 @@ def main() -> None:
             tgt = params.download.tgt_lang
             val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
             pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
-            bleu = loop.bleu_validation(tok, val, params.decode, cfg.optim.max_tokens, device, tgt)
+            bleu = loop.bleu_validation(
+                tok, val, params.decode, max_tokens=cfg.optim.max_tokens, device=device, tgt=tgt
+            )
             model = loop.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
             init_from = warm_start.initial_weights(params, model, spm_model, world.is_main)
             run = loop.RunContext(

@@ -1,10 +1,9 @@
 """DVC stage `warmup_train`: our Transformer on number-to-words, gated on test exact match.
 
-Usage: `python -m stages.warmup_train` (paths: `warmup_train.*` in params.yaml). Writes the
-checkpoints, the per-validation log, the metrics (`metrics_json`: exact_match, steps, minutes) and
-the facts (`facts_json`: threshold, `stopped_by`: the budget that ended it, final-model choice);
-exits 1 when the test exact match is below `warmup_train.threshold`. Its budget is `max_steps` (or
-`patience`): `max_minutes` is only a safety cap, so the gate passes or fails alike on any machine.
+Usage: `python -m stages.warmup_train` (paths: `warmup_train.*` in params.yaml). Writes the checkpoints,
+the per-validation log, the metrics (`metrics_json`: exact_match, steps, minutes) and the facts
+(`facts_json`: threshold, `stopped_by`, final-model choice); exits 1 when the test exact match is below
+`warmup_train.threshold`. Budget: `max_steps` (or `patience`); `max_minutes` is only a safety cap.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def losses(monkeypatch) -> list[float]:
 
     seen, step = [], train_module.train_step
 
-    def recorded(*args):
-        loss, n = step(*args)
+    def recorded(*args, **kwargs):
+        loss, n = step(*args, **kwargs)
         seen.append(loss)
         return loss, n
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.ops.dag import read_dag
+from pipeline.ops.dvc_index import read_stages
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages")
@@ -97,9 +97,9 @@ def code_deps(module: str) -> set[str]:
 
 
 def stage_modules(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, str]:
-    """Stage name -> the module its command runs (`python -m stages.X`), read by `pipeline.ops.dag`
-    with the params.yaml beside `dvc_yaml`."""
-    stages = read_dag(dvc_yaml.parent)
+    """Stage name -> the module its command runs (`python -m stages.X`), as DVC reads `dvc_yaml`
+    with the params.yaml beside it (`pipeline.ops.dvc_index`)."""
+    stages = read_stages(dvc_yaml.parent)
     return {name: STAGE_CMD.search(stage.cmd).group(1) for name, stage in stages.items()}
 
 

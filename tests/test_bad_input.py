@@ -362,10 +362,10 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, capsys,
     before = (tmp_path / "last.pt").read_bytes()
     step = train_module.train_step
 
-    def poisoned_step(net, *args):  # the continued run's weights turn to nan
+    def poisoned_step(net, *args, **kwargs):  # the continued run's weights turn to nan
         with torch.no_grad():
             getattr(net, "module", net).src_embed.weight.fill_(float("nan"))
-        return step(net, *args)
+        return step(net, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "train_step", poisoned_step)
     capsys.readouterr()

@@ -101,7 +101,9 @@ def test_prepare_stores_what_encoding_in_memory_gives(tmp_path: Path, tok: Token
     """Placeholders, encoding and the max_len filter as the trainer applied them in memory, in chunks."""
     monkeypatch.setattr("pipeline.data.prepare.CHUNK_PAIRS", 2)
     write_merged(tmp_path / "merged.jsonl", MERGED)
-    meta = prepare(tmp_path / "merged.jsonl", tok, tmp_path / "ids", 64, "de", {"spm_sha256": "s"})
+    meta = prepare(
+        tmp_path / "merged.jsonl", tok, tmp_path / "ids", max_len=64, tgt="de", meta={"spm_sha256": "s"}
+    )
     protected = [protect_pair(en, de) for en, de in zip(*read_merged(tmp_path / "merged.jsonl"), strict=True)]
     expected = encode_pairs(tok, [en for en, _ in protected], [de for _, de in protected], 64)
     corpus = TokenizedCorpus.open(tmp_path / "ids", spm_sha256="s")
@@ -114,7 +116,9 @@ def test_subword_sampling_writes_copies_that_decode_to_the_same_pair(tmp_path: P
     """Kudo 2018: each copy is another segmentation of the same text; a seed repeats the copies."""
     write_merged(tmp_path / "merged.jsonl", MERGED[:3])
     sampling = Sampling(alpha=0.1, copies=4, seed=7)
-    meta = prepare(tmp_path / "merged.jsonl", tok, tmp_path / "a", 64, "de", {}, sampling)
+    meta = prepare(
+        tmp_path / "merged.jsonl", tok, tmp_path / "a", max_len=64, tgt="de", meta={}, sampling=sampling
+    )
     corpus = TokenizedCorpus.open(tmp_path / "a")
     assert (meta["pairs"], meta["sampling"]) == (12, {"alpha": 0.1, "copies": 4, "seed": 7})
     plain = encode_pairs(tok, *zip(*(protect_pair(en, de) for en, de in MERGED[:3]), strict=True))
@@ -122,10 +126,9 @@ def test_subword_sampling_writes_copies_that_decode_to_the_same_pair(tmp_path: P
     for (src, tgt), sampled in zip(plain, copies, strict=True):
         assert {(tok.decode(s), tok.decode(t)) for s, t in sampled} == {(tok.decode(src), tok.decode(tgt))}
     assert any(len({tuple(s) for s, _ in sampled}) > 1 for sampled in copies)  # not one segmentation
-    prepare(tmp_path / "merged.jsonl", tok, tmp_path / "b", 64, "de", {}, sampling)
-    prepare(
-        tmp_path / "merged.jsonl", tok, tmp_path / "c", 64, "de", {}, Sampling(alpha=0.1, copies=4, seed=8)
-    )
+    prepare(tmp_path / "merged.jsonl", tok, tmp_path / "b", max_len=64, tgt="de", meta={}, sampling=sampling)
+    other = Sampling(alpha=0.1, copies=4, seed=8)
+    prepare(tmp_path / "merged.jsonl", tok, tmp_path / "c", max_len=64, tgt="de", meta={}, sampling=other)
     digests = [TokenizedCorpus.open(tmp_path / d).digest() for d in "abc"]
     assert digests[0] == digests[1] != digests[2]
 
@@ -133,7 +136,7 @@ def test_subword_sampling_writes_copies_that_decode_to_the_same_pair(tmp_path: P
 def test_prepare_of_a_bad_line_writes_nothing(tmp_path: Path, tok: Tokenizer) -> None:
     (tmp_path / "merged.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n[1]\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"merged.jsonl: line 2: not a JSON object with fields en, de"):
-        prepare(tmp_path / "merged.jsonl", tok, tmp_path / "ids", 64, "de", {})
+        prepare(tmp_path / "merged.jsonl", tok, tmp_path / "ids", max_len=64, tgt="de", meta={})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["merged.jsonl"]
 
 

@@ -57,7 +57,7 @@ def leftovers(parent: Path) -> list[str]:
 def test_builds_and_loads_a_tiny_corpus(tmp_path: Path) -> None:
     sums = write_source(tmp_path / "src", GOOD)
     out = tmp_path / "data" / "multi30k"
-    build_corpus(out, [str(tmp_path / "src")], sums, COUNTS)
+    build_corpus(out, [str(tmp_path / "src")], sha256=sums, counts=COUNTS)
     corpus = load_corpus(out)
     assert list(corpus) == ["train", "val"]
     assert corpus["train"].column_names == ["en", "de"]
@@ -69,7 +69,12 @@ def test_builds_and_loads_a_tiny_corpus(tmp_path: Path) -> None:
 def test_max_pairs_keep_the_first_pairs(tmp_path: Path) -> None:
     sums = write_source(tmp_path / "src", GOOD)
     corpus = build_corpus(
-        tmp_path / "out", [str(tmp_path / "src")], sums, COUNTS, max_train_pairs=2, max_eval_pairs=1
+        tmp_path / "out",
+        [str(tmp_path / "src")],
+        sha256=sums,
+        counts=COUNTS,
+        max_train_pairs=2,
+        max_eval_pairs=1,
     )
     assert list(corpus["train"]["en"]) == ["A man.", "Two dogs run."]
     assert list(corpus["val"]["en"]) == ["A cat."]
@@ -124,7 +129,7 @@ def test_bad_input_is_a_data_error_and_writes_nothing(
     sums = write_source(src, GOOD)
     corrupt(src, sums)
     with pytest.raises(DataError, match=message) as info:
-        build_corpus(tmp_path / "multi30k", [str(src)], sums, COUNTS)
+        build_corpus(tmp_path / "multi30k", [str(src)], sha256=sums, counts=COUNTS)
     assert "\n" not in str(info.value)
     assert leftovers(tmp_path) == []
 
@@ -133,7 +138,7 @@ def test_falls_back_to_the_next_source(tmp_path: Path) -> None:
     sums = write_source(tmp_path / "src", GOOD)
     broken = tmp_path / "broken"
     write_source(broken, {"val": (b"x\n", b"y\n")})  # wrong sums for val, train missing
-    corpus = build_corpus(tmp_path / "out", [str(broken), str(tmp_path / "src")], sums, COUNTS)
+    corpus = build_corpus(tmp_path / "out", [str(broken), str(tmp_path / "src")], sha256=sums, counts=COUNTS)
     assert corpus["val"].num_rows == 2
 
 
@@ -153,7 +158,7 @@ def http_source(tmp_path: Path) -> Iterator[str]:
 def test_fetches_from_a_url_mirror(tmp_path: Path, http_source: str, monkeypatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     sums = write_source(tmp_path / "src", GOOD)
-    corpus = build_corpus(tmp_path / "out", [http_source], sums, COUNTS)
+    corpus = build_corpus(tmp_path / "out", [http_source], sha256=sums, counts=COUNTS)
     assert corpus["train"].num_rows == 3
 
 
@@ -163,7 +168,7 @@ def test_url_with_wrong_sum_is_a_data_error(tmp_path: Path, http_source: str, mo
     sums = write_source(tmp_path / "src", GOOD)
     sums["train.en.gz"] = "f" * 64
     with pytest.raises(DataError, match=r"train\.en\.gz: no valid copy found \(http://127\.0\.0\.1"):
-        build_corpus(tmp_path / "out", [http_source], sums, COUNTS)
+        build_corpus(tmp_path / "out", [http_source], sha256=sums, counts=COUNTS)
     assert not (tmp_path / "out").exists()
 
 

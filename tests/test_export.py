@@ -86,7 +86,9 @@ def test_ct2_greedy_equals_ours(tok: Tokenizer, exported: tuple[Transformer, Pat
     got = export.ct2_translate(export.load_ct2(path, "float32"), tok, SENTENCES, cfg)
     want = translate(model, tok, SENTENCES, cfg)
     assert got == want and got[2] == ""
-    ids = greedy(model, pad([tok.encode(s) + [3] for s in SENTENCES if s], 0), 2, 3, 1.0, 4)
+    ids = greedy(
+        model, pad([tok.encode(s) + [3] for s in SENTENCES if s], 0), 2, 3, max_len_a=1.0, max_len_b=4
+    )
     assert len({len(i) for i in ids}) > 1  # outputs of different lengths: eos and the limit both tested
 
 

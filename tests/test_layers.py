@@ -17,7 +17,7 @@ from import_graph import (
 )
 
 from pipeline import LAYERS
-from pipeline.ops.dag import read_dag
+from pipeline.ops.dvc_index import read_stages
 
 
 def layer_of(module: str) -> str | None:
@@ -60,7 +60,7 @@ def test_package_inits_hold_no_code() -> None:
 
 
 def test_every_stage_depends_on_exactly_the_code_it_imports() -> None:
-    stages = read_dag(ROOT)
+    stages = read_stages(ROOT)
     problems = []
     for name, module in stage_modules().items():
         listed = {d for d in stages[name].deps if d.endswith(".py")}

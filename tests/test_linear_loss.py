@@ -45,7 +45,7 @@ def test_fused_loss_equals_the_plain_math_in_float64(eps, chunk_rows):
     h, w, target = data()
 
     def fused(h, w, t, e):
-        return linear_label_smoothed_loss(h, w, t, PAD, e, chunk_rows)
+        return linear_label_smoothed_loss(h, w, t, pad_id=PAD, smoothing=e, chunk_rows=chunk_rows)
 
     want = loss_and_grads(plain, h, w, target, eps)
     got = loss_and_grads(fused, h, w, target, eps)
@@ -87,7 +87,7 @@ def test_under_bf16_autocast_it_matches_the_trainers_unfused_path():
         return run
 
     def fused(h, w, t, e):
-        return linear_label_smoothed_loss(h, w, t, PAD, e, 64)
+        return linear_label_smoothed_loss(h, w, t, pad_id=PAD, smoothing=e, chunk_rows=64)
 
     want = loss_and_grads(autocast(unfused), h, w, target, 0.1)
     got = loss_and_grads(autocast(fused), h, w, target, 0.1)
@@ -100,7 +100,7 @@ def test_under_bf16_autocast_it_matches_the_trainers_unfused_path():
 def test_without_gradients_it_returns_the_loss_alone():
     h, w, target = data()
     with torch.no_grad():
-        got = linear_label_smoothed_loss(h, w, target, PAD, 0.1)
+        got = linear_label_smoothed_loss(h, w, target, pad_id=PAD, smoothing=0.1)
     assert not got.requires_grad
     assert got.item() == pytest.approx(plain(h, w, target, 0.1).item(), rel=1e-9)
 

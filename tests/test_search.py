@@ -108,7 +108,7 @@ def test_table_answers_are_what_the_test_claims() -> None:
 
 
 def test_greedy_takes_the_first_ending() -> None:
-    assert greedy(LATE_WINNER, ONE_SRC, BOS, EOS, 0.0, 10) == [SHORT]
+    assert greedy(LATE_WINNER, ONE_SRC, BOS, EOS, max_len_a=0.0, max_len_b=10) == [SHORT]
 
 
 def test_beam_keeps_searching_after_the_top_hypothesis_ends() -> None:
@@ -134,7 +134,7 @@ def test_max_length_is_respected() -> None:
     src = torch.tensor([[A, B, C, EOS], [A, EOS, PAD, PAD]])  # 4 and 2 real tokens
     assert max_lengths(src, PAD, 1.0, 2).tolist() == [6, 4]
     assert max_lengths(src, PAD, 1.5, 1).tolist() == [7, 4]  # floor(1.5 * 2 + 1) = 4
-    assert greedy(never_ends, src, BOS, EOS, 1.0, 2) == [[A] * 6, [A] * 4]
+    assert greedy(never_ends, src, BOS, EOS, max_len_a=1.0, max_len_b=2) == [[A] * 6, [A] * 4]
     for k in (1, 3):
         out = search(never_ends, src, beam_size=k, alpha=0.6, a=1.0, b=2)
         assert [len(o) for o in out] == [6, 4]
@@ -142,7 +142,7 @@ def test_max_length_is_respected() -> None:
 
 def test_ties_go_to_the_lower_token_id() -> None:
     tied = TableModel({(): {C: 0.45, B: 0.45}}, default={EOS: 0.9})
-    assert greedy(tied, ONE_SRC, BOS, EOS, 0.0, 10) == [[B]]
+    assert greedy(tied, ONE_SRC, BOS, EOS, max_len_a=0.0, max_len_b=10) == [[B]]
     for k in (1, 2, 3):
         assert search(tied, ONE_SRC, beam_size=k, alpha=0.6) == [[B]]
 
@@ -163,7 +163,7 @@ def test_beam_wider_than_vocabulary_is_an_error() -> None:
 def test_pad_and_bos_are_never_generated() -> None:
     # pad and bos are the most probable tokens at every step; eos is next after "A".
     likes_specials = TableModel({(): {PAD: 0.5, BOS: 0.3, A: 0.1}}, default={PAD: 0.6, BOS: 0.1, EOS: 0.25})
-    assert greedy(likes_specials, ONE_SRC, BOS, EOS, 0.0, 10) == [[A]]
+    assert greedy(likes_specials, ONE_SRC, BOS, EOS, max_len_a=0.0, max_len_b=10) == [[A]]
     for k in (1, 2, 3):
         assert search(likes_specials, ONE_SRC, beam_size=k, alpha=0.6) == [[A]]
         cfg = DecodeConfig(beam_size=k, length_penalty=0.6, max_len_a=0.0, max_len_b=10)
@@ -183,7 +183,9 @@ def test_hypothesis_at_max_length_pays_for_its_eos() -> None:
     assert CUT_OFF.log_prob([A, A]) > CUT_OFF.log_prob([B, EOS])  # what an unpaid cut would compare
     assert penalised(CUT_OFF, [B], 0.6) > penalised(CUT_OFF, [A, A], 0.6)
     assert search(CUT_OFF, ONE_SRC, beam_size=2, alpha=0.6, b=2) == [[B]]
-    assert greedy(CUT_OFF, ONE_SRC, BOS, EOS, 0.0, 2) == [[A, A]]  # greedy: cut at the limit
+    assert greedy(CUT_OFF, ONE_SRC, BOS, EOS, max_len_a=0.0, max_len_b=2) == [
+        [A, A]
+    ]  # greedy: cut at the limit
 
 
 def test_n_best_lists_the_finished_hypotheses_with_normalised_scores() -> None:

@@ -15,7 +15,7 @@ import yaml
 
 from pipeline.core.config import flatten, load_params
 from pipeline.data.tokenizer import model_file
-from pipeline.ops.dag import read_params
+from pipeline.ops.overrides import read_params
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", REPO.parent / "shared" / "multi30k"))

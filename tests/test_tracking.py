@@ -500,12 +500,14 @@ def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_para
     assert got.tags == {"run": name, "trigger": "dvc repro"} | {
         "data.pairs": "1234",
         "data.digest": "0123456789ab",
+        "recipe": "the training pairs as given (no distillation, no subword sampling)",
     }
     logged_model = client.get_logged_model(model_id).tags  # the experiment's Models tab
     assert logged_model["run"] == name and logged_model["registered_as"] == f"describe-test v{version}"
     assert got.description.startswith(f"Trained by run `{name}` at commit `")
     assert got.description.endswith(
-        "on 1,234 pairs (digest `0123456789ab`); final model average_last_4, "
+        "on 1,234 pairs (digest `0123456789ab`); recipe: the training pairs as given (no distillation, "
+        "no subword sampling); final model average_last_4, "
         "greedy val BLEU 12.34. Decoding: beam 5, length penalty 2.2."
     )
 
@@ -562,10 +564,10 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
 
 
 def test_flow_stage_order_is_a_topological_order_of_the_dag():
-    from pipeline.ops.dag import producers, read_dag
+    from pipeline.ops.dvc_index import producers, read_stages
     from pipeline.ops.flow.dvc_calls import stage_names
 
-    stages = read_dag(REPO)
+    stages = read_stages(REPO)
     order = stage_names(REPO)
     assert sorted(order) == sorted(stages)
     for position, name in enumerate(order):

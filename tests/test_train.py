@@ -83,11 +83,11 @@ def test_sigterm_between_validations_saves_last_pt_and_the_continued_run_is_the_
     losses.clear()
     recorded, calls = loop.train_step, [0]
 
-    def signalled(*args):
+    def signalled(*args, **kwargs):
         calls[0] += 1
         if calls[0] == 7:
             os.kill(os.getpid(), signal.SIGTERM)  # handled while the step runs
-        return recorded(*args)
+        return recorded(*args, **kwargs)
 
     monkeypatch.setattr(loop, "train_step", signalled)
     with pytest.raises(Stopped, match=r"stopped by SIGTERM after step 7; last.pt saved") as info:
@@ -164,7 +164,7 @@ def test_budgets_are_not_part_of_the_identity_but_the_lr_is():
     )
 
 
-def fail(*args):
+def fail(*args, **kwargs):
     raise RuntimeError("a failure before any checkpoint")
 
 
@@ -239,9 +239,9 @@ def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
     clock, step = [1000.0], train_module.train_step
     monkeypatch.setattr("pipeline.training.loop.time.time", lambda: clock[0])
 
-    def slow_step(*args):
+    def slow_step(*args, **kwargs):
         clock[0] += 10.0
-        return step(*args)
+        return step(*args, **kwargs)
 
     monkeypatch.setattr(train_module, "train_step", slow_step)
     assert toy_run(tmp_path, pairs(), max_steps=100, max_minutes=0.5, val_every=2)[1].step == 3
@@ -250,7 +250,9 @@ def test_wall_clock_budget_counts_each_second_once(tmp_path, monkeypatch):
 
 def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        transformer, "linear_label_smoothed_loss", lambda *a: torch.tensor(float("nan"), requires_grad=True)
+        transformer,
+        "linear_label_smoothed_loss",
+        lambda *a, **k: torch.tensor(float("nan"), requires_grad=True),
     )
     with pytest.raises(
         PipelineError,

@@ -30,7 +30,7 @@ def record(world: distributed.World) -> tuple[list[float], list[str]]:
     save, write_log, step = checkpoint.save, train_module.write_log, train_module.train_step
     checkpoint.save = lambda path, *rest: (written.append(Path(path).name), save(path, *rest))[1]
     train_module.write_log = lambda rows, path: (written.append(Path(path).name), write_log(rows, path))[1]
-    train_module.train_step = lambda *args: (result := step(*args), losses.append(result[0]))[0]
+    train_module.train_step = lambda *args, **kw: (result := step(*args, **kw), losses.append(result[0]))[0]
     if os.environ.get("TOY_UNREADABLE_RANK") == str(world.rank):
 
         def unreadable(path):

@@ -78,8 +78,8 @@ def arm(kill_at: str) -> None:
     step, done = int(step), [0]
     original_step, original_call, original_save = train_module.train_step, ToyValidation.__call__, torch.save
 
-    def train_step(*args):
-        result = original_step(*args)
+    def train_step(*args, **kwargs):
+        result = original_step(*args, **kwargs)
         done[0] += 1
         if where == "step" and done[0] == step:
             die()

@@ -37,11 +37,12 @@ EXIT_SIGPIPE = 128 + signal.SIGPIPE  # 141: the shell's status for a writer whos
 
 
 def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
-    """Run a stage's `main()`; a `PipelineError` becomes `error: <message>` on stderr and exit 1,
-    Ctrl-C a quiet exit 130, and a run `Stopped` by a signal its one line and exit 128 + the
-    signal. With `stdout_pipe` (a command whose output is meant for a pipe), a closed stdout
-    (`... | head -1`) ends it quietly with exit 141; elsewhere a `BrokenPipeError` (a socket, say)
-    is an error like any other.
+    """Run a stage's `main()`, mapping its errors and signals to one line and an exit status.
+
+    A `PipelineError` becomes `error: <message>` on stderr and exit 1, Ctrl-C a quiet exit 130, and a
+    run `Stopped` by a signal its one line and exit 128 + the signal. With `stdout_pipe` (a command whose
+    output is meant for a pipe), a closed stdout (`... | head -1`) ends it quietly with exit 141; elsewhere
+    a `BrokenPipeError` (a socket, say) is an error like any other.
 
     Raises:
         SystemExit: on a `PipelineError` (1), a closed stdout (141) or Ctrl-C (130); any other

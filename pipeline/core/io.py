@@ -27,9 +27,10 @@ FULL_BYTES = 1 << 20  # a file system with less free space than this after a fai
 
 
 def current_umask() -> int:
-    """The process's umask, read without changing it where Linux reports it (/proc/self/status),
-    else set and restored at once (to 0o077 meanwhile, so a file another thread creates then is
-    private rather than open)."""
+    """The process's umask.
+
+    Read without changing it where Linux reports it (/proc/self/status), else set and restored at once
+    (to 0o077 meanwhile, so a file another thread creates then is private rather than open)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):

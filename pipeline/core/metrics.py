@@ -1,14 +1,9 @@
 """Corpus scores with sacreBLEU (Post 2018): BLEU and chrF with their reproducibility signatures,
 and the paper-comparable tokenised lowercased BLEU.
 
-We never compute BLEU ourselves. `score` uses sacreBLEU's default 13a tokenisation on detokenised
-text (cased), whose signature makes it comparable across systems. Published Multi30k results
-(e.g. Wu et al. 2021) instead score lowercased, punctuation-normalised, Moses-tokenised text
-against the dataset's own `*.lc.norm.tok.de` references: `paper_tokenize` reproduces those files
-line for line from the raw references (sacremoses; tested on val and both test sets), and
-`bleu_lc_tok` scores both sides processed that way with sacreBLEU's `tokenize="none"`. For French
-and Czech targets the same processing runs with Moses' rules for that language (the official
-`*.lc.norm.tok.fr`/`.cs` files were made the same way; only German is tested line for line).
+We never compute BLEU ourselves: `score` uses sacreBLEU's 13a tokenisation on detokenised, cased text;
+`bleu_lc_tok` scores, as published Multi30k results do (e.g. Wu et al. 2021), both sides lowercased,
+normalised and Moses-tokenised by `paper_tokenize` like the `*.lc.norm.tok.de` references (docs/results.md).
 """
 
 from __future__ import annotations

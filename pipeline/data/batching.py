@@ -1,10 +1,9 @@
 """Token-based, length-bucketed batching of (src, tgt) id pairs.
 
-A batch's size in tokens is `n_pairs × longest side` (the padded tokens of its larger
-side, as fairseq's `max_tokens`). Pairs are sorted by length after a seeded shuffle
-(so equal lengths mix differently each epoch), cut into batches that stay under
-`max_tokens`, and the batch order is shuffled. The order depends only on
-`(seed, epoch)`, so a run can resume at any `(epoch, batch index)`.
+A batch's size in tokens is `n_pairs × longest side` (the padded tokens of its larger side, as fairseq's
+`max_tokens`). Pairs are sorted by length after a seeded shuffle (so equal lengths mix differently each
+epoch), cut into batches that stay under `max_tokens`, and the batch order is shuffled. The order depends
+only on `(seed, epoch)`, so a run can resume at any `(epoch, batch index)`.
 """
 
 from __future__ import annotations
@@ -94,7 +93,8 @@ def batches(order: Sequence[int], size: int) -> Iterator[list[int]]:
 
 
 def longest_first(items: Iterable[int], lengths: Sequence[int], size: int) -> Iterator[list[int]]:
-    """The indices `items` ordered longest first by `lengths[i]` (ties: the lower index first), in
-    chunks of at most `size`: the order every decoder here (validation, beam search, CTranslate2)
-    takes sentences in, so a sentence's batch mates depend only on the lengths."""
+    """The indices `items` ordered longest first by `lengths[i]`, in chunks of at most `size`.
+
+    Ties: the lower index first. This is the order every decoder here (validation, beam search,
+    CTranslate2) takes sentences in, so a sentence's batch mates depend only on the lengths."""
     return batches(sorted(items, key=lambda i: (-lengths[i], i)), size)

@@ -1,11 +1,9 @@
 """The tokenized training set on disk, memory-mapped: what training reads its batches from.
 
-The layout is fairseq's indexed dataset in numpy form: per side one flat array of piece ids
-(`src.bin`, `tgt.bin`: raw little-endian unsigned ints, `uint16` while the ids fit, else `uint32`)
-and the offsets of each pair in it (`src.idx.npy`, `tgt.idx.npy`: `[n_pairs + 1]` int64, pair i is
-`ids[idx[i]:idx[i + 1]]`), plus `meta.json` (format, dtype, pair count, and what the caller adds,
-e.g. the tokenizer's SHA-256). Opened, the arrays are `np.memmap`s: the operating system pages in
-what a batch reads, so a corpus costs memory for its lengths (`[n_pairs]`), not its ids.
+fairseq's indexed dataset in numpy form: per side a flat array of piece ids (`src.bin`, `tgt.bin`: raw
+little-endian `uint16` while the ids fit, else `uint32`) and each pair's offsets (`src.idx.npy`,
+`tgt.idx.npy`: `[n_pairs + 1]` int64, pair i is `ids[idx[i]:idx[i + 1]]`), plus `meta.json` (format,
+dtype, pair count, and what the caller adds, e.g. the tokenizer's SHA-256). See docs/data.md.
 """
 
 from __future__ import annotations
@@ -119,9 +117,10 @@ class TokenizedCorpus:
                 )
 
     def digest(self) -> str:
-        """SHA-256 of the pairs' offsets and ids (as uint32, whatever the storage dtype), in chunks:
-        the same pairs give the same digest in memory and on disk. On disk the ids are read with
-        plain reads, not through the mapping, so hashing does not map the whole file in."""
+        """SHA-256 of the pairs' offsets and ids (as uint32, whatever the storage dtype).
+
+        Hashed in chunks: the same pairs give the same digest in memory and on disk. On disk the ids are
+        read with plain reads, not through the mapping, so hashing does not map the whole file in."""
         h = hashlib.sha256()
         for side in SIDES:
             h.update(np.ascontiguousarray(self.offsets[side], dtype="<i8").tobytes())
@@ -156,11 +155,14 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def write_corpus(folder: str | Path, chunks: Iterable[Sequence[Pair]], max_id: int, meta: dict) -> dict:
-    """Write the pairs of `chunks` (an iterable of pair lists, consumed one at a time) as a
-    corpus `open` reads, ids stored in `id_dtype(max_id)`. Atomic: built in a temp folder beside
-    `folder`, which replaces `folder` only when complete. `meta` is read once every chunk is
-    written (a generator of chunks may fill in counts). Returns the meta written (`meta` plus
-    format, dtype, pairs).
+    """Write the pairs of `chunks` as a corpus `open` reads; returns the meta written.
+
+    `chunks` is an iterable of pair lists, consumed one at a time; ids are stored in `id_dtype(max_id)`.
+    Atomic: built in a temp folder beside `folder`, which replaces `folder` only when complete. `meta` is
+    read once every chunk is written (a generator of chunks may fill in counts).
+
+    Returns:
+        The meta written: `meta` plus format, dtype, pairs.
 
     Raises:
         DataError: an id is above `max_id` (nothing is written).

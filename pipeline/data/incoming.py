@@ -47,9 +47,10 @@ def incoming_files(folder: str | Path) -> list[Path]:
 
 
 def broken_links(folder: str | Path) -> list[Path]:
-    """The symbolic links in `folder`, at any depth and hidden ones too, whose target does not exist
-    or is a loop of links, sorted. DVC cannot hash a folder that holds one: `dvc status` and
-    `dvc repro` stop with "unexpected error" naming it. [] when the folder is absent."""
+    """The symbolic links in `folder` whose target does not exist or is a loop of links, sorted.
+
+    At any depth, hidden ones too. DVC cannot hash a folder that holds one: `dvc status` and `dvc repro`
+    stop with "unexpected error" naming it. [] when the folder is absent."""
     found = []
     for root, dirs, files in os.walk(folder):  # does not descend into linked directories
         found += [Path(root, name) for name in dirs + files if not Path(root, name).exists()]
@@ -57,9 +58,10 @@ def broken_links(folder: str | Path) -> list[Path]:
 
 
 def ignored_entries(folder: str | Path) -> list[tuple[Path, str]]:
-    """The entries of `folder` that `incoming_files` leaves out, each with why, in name order;
-    hidden entries (`.gitkeep`, editors' files) and the folder's README (`README`, `README.md`, ...)
-    are not listed. [] when the folder is absent."""
+    """The entries of `folder` that `incoming_files` leaves out, each with why, in name order.
+
+    Hidden entries (`.gitkeep`, editors' files) and the folder's README (`README`, `README.md`, ...) are
+    not listed. [] when the folder is absent."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -130,8 +132,9 @@ def parse_line(raw: bytes, where: str, tgt: str = "de") -> Pair:
 
 def iter_incoming(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
     """The pairs of one incoming file, read and validated a line at a time (see `parse_line`).
-    Blank lines at the end of the file are ignored (an editor's trailing newline); a blank line
-    before another pair is an error.
+
+    Blank lines at the end of the file are ignored (an editor's trailing newline); a blank line before
+    another pair is an error.
 
     Raises:
         DataError: the file is unreadable, or a line is invalid (one line naming file and line).
@@ -158,9 +161,10 @@ def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
 
 
 def key(text: str) -> str:
-    """The matching key of a sentence: NFKC-normalised (SentencePiece's default normalisation, so
-    text the tokenizer sees as equal matches: NFD and NFC, full-width forms), case-folded,
-    whitespace runs collapsed."""
+    """The matching key of a sentence: NFKC-normalised, case-folded, whitespace runs collapsed.
+
+    NFKC is SentencePiece's default normalisation, so text the tokenizer sees as equal matches (NFD and
+    NFC, full-width forms)."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

@@ -1,11 +1,9 @@
-"""Everything the pipeline knows about a language, in one table.
+"""Everything the pipeline knows about a language, in one table; `download.tgt_lang` picks the target.
 
-`download.tgt_lang` picks the target; English is always the source. Per language: its name, the
-number words two..ten that `pipeline.data.placeholders.protect_pair` turns into placeholders (an
-entry may list inflected forms, `a|b`), how it writes an ordinal number (what translation puts in
-place of an English `3rd`), the Multi30k splits published without it, and whether the tutorial's
-time-machine outputs (German only) can be compared with ours. Moses rules (sacremoses) and
-SentencePiece need only the code.
+English is always the source. Per language: its name; the number words two..ten that
+`pipeline.data.placeholders.protect_pair` turns into placeholders (an entry may list inflected forms, `a|b`);
+how it writes an ordinal (what replaces an English `3rd`); the Multi30k splits it lacks; whether the
+tutorial's time-machine outputs (German only) compare with ours. Moses and SentencePiece need only the code.
 """
 
 from __future__ import annotations

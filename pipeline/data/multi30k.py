@@ -185,6 +185,7 @@ def _truncate(sides: dict[str, list[str]], limit: int | None) -> dict[str, list[
 def build_corpus(
     out_dir: str | Path,
     sources: Sequence[str],
+    *,
     sha256: Mapping[str, str] = SHA256,
     counts: Mapping[str, int] | None = None,
     max_train_pairs: int | None = None,

@@ -1,10 +1,9 @@
 """The placeholder symbols shared by training and translation, and `protect_pair`, which puts them
 into training pairs so the model learns to copy what they stand for.
 
-A placeholder (｟1｠ .. ｟9｠) is one SentencePiece user-defined symbol, untouched by its NFKC
-normalisation. At translation time `pipeline.serving.protection.protect` replaces numbers, links and
-unrepresentable runs with them and puts the spans back afterwards; in training, digit spans shared
-by both sides and some number words become the same placeholders on both sides.
+A placeholder (｟1｠ .. ｟9｠) is one SentencePiece user-defined symbol, untouched by its NFKC normalisation.
+In training, digit spans shared by both sides and some number words become the same placeholders on both
+sides; at translation time `pipeline.serving.protection.protect` puts them in (docs/input-processing.md).
 """
 
 from __future__ import annotations

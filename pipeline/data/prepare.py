@@ -32,11 +32,19 @@ class Sampling:
 
 
 def encoded_chunks(
-    merged: str | Path, tok: Tokenizer, max_len: int | None, tgt: str, counts: dict, sampling: Sampling | None
+    merged: str | Path,
+    tok: Tokenizer,
+    *,
+    max_len: int | None,
+    tgt: str,
+    counts: dict,
+    sampling: Sampling | None,
 ) -> Iterator[list[Pair]]:
-    """The pairs of `merged` as (src ids, tgt ids), protected and encoded, a chunk at a time (with
-    `sampling`, each chunk `sampling.copies` times, each copy sampled afresh); counts the pairs
-    dropped for `max_len` in `counts["dropped_max_len"]`."""
+    """The pairs of `merged` as (src ids, tgt ids), protected and encoded, a chunk at a time.
+
+    With `sampling`, each chunk comes `sampling.copies` times, each copy sampled afresh. The pairs dropped
+    for `max_len` are counted in `counts["dropped_max_len"]`.
+    """
     pairs = iter_merged(merged, tgt)
     for n_chunk in itertools.count():
         if not (chunk := list(itertools.islice(pairs, CHUNK_PAIRS))):
@@ -70,6 +78,7 @@ def prepare(
     merged: str | Path,
     tok: Tokenizer,
     out_dir: str | Path,
+    *,
     max_len: int | None,
     tgt: str,
     meta: dict,
@@ -84,5 +93,5 @@ def prepare(
     meta = {**meta, "max_len": max_len, "dropped_max_len": 0}  # the count fills in as chunks are read
     if sampling is not None:
         meta["sampling"] = {"alpha": sampling.alpha, "copies": sampling.copies, "seed": sampling.seed}
-    chunks = encoded_chunks(merged, tok, max_len, tgt, meta, sampling)
+    chunks = encoded_chunks(merged, tok, max_len=max_len, tgt=tgt, counts=meta, sampling=sampling)
     return write_corpus(out_dir, chunks, tok.vocab_size - 1, meta)

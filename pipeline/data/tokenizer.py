@@ -98,9 +98,14 @@ def train_tokenizer(sentences: Iterable[str], out_dir: str | Path, cfg: Tokenize
 
 
 def write_source_words(sentences: Iterable[str], out_dir: str | Path) -> Path:
-    """Write `<out_dir>/source_words.txt`: every word (`WORD_RE`) of the English training
-    `sentences`, lower-cased, sorted, one per line. Translation protects capitalised words not in
-    it as names (`pipeline.serving.spans`). Returns the file's path."""
+    """Write the words of the English training `sentences` to `<out_dir>/source_words.txt`.
+
+    Every word (`WORD_RE`), lower-cased, sorted, one per line. Translation protects capitalised words not
+    in it as names (`pipeline.serving.spans`).
+
+    Returns:
+        The file's path.
+    """
     words = sorted({w.lower() for s in sentences for w in WORD_RE.findall(s)})
     path = Path(out_dir) / SOURCE_WORDS
     write_text(path, "".join(f"{w}\n" for w in words))
@@ -161,11 +166,13 @@ class Tokenizer:
         return self.sp.encode(list(texts), out_type=int)
 
     def sample_batch(self, texts: list[str], alpha: float, seed: int) -> list[list[int]]:
-        """Many texts → piece ids each, every segmentation sampled from the unigram lattice
-        (Kudo 2018, section 3: all candidates, probabilities smoothed by `alpha`), without bos/eos.
-        A sample that decodes to other text than the best segmentation (an unknown piece across a
-        user-defined symbol) is replaced by the best. The same `seed` gives the same samples
-        (SentencePiece seeds each batch call's sampler from its global seed)."""
+        """Many texts → piece ids each (no bos/eos), every segmentation sampled from the unigram lattice.
+
+        Kudo 2018, section 3: all candidates, probabilities smoothed by `alpha`. A sample that decodes to
+        other text than the best segmentation (an unknown piece across a user-defined symbol) is replaced by
+        the best. The same `seed` gives the same samples (SentencePiece seeds each batch call's sampler from
+        its global seed).
+        """
         spm.set_random_generator_seed(seed)
         sampled = self.sp.encode(
             list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1

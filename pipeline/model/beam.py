@@ -182,10 +182,12 @@ def n_best_hypotheses(hyps: list[Hypothesis], n: int) -> list[Hypothesis]:
 def beam_search_n_best(
     model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig, *, n_best: int
 ) -> list[list[Hypothesis]]:
-    """Batched beam search with the KV cache (rows flattened to `[N*K]`): src `[B, S]` -> for
-    each sentence its `n_best` (<= `cfg.beam_size`) best finished hypotheses, best first, with
-    their length-normalised log-probs. See the module doc for the ranking, the length penalty
-    (`cfg.length_penalty` is its alpha, >= 0), the length limit and the stopping rule.
+    """Batched beam search: each sentence's `n_best` best finished hypotheses, best first.
+
+    Uses the KV cache (rows flattened to `[N*K]`): src `[B, S]` -> for each sentence its `n_best`
+    (<= `cfg.beam_size`) best finished hypotheses, with their length-normalised log-probs. See the module
+    doc for the ranking, the length penalty (`cfg.length_penalty` is its alpha, >= 0), the length limit
+    and the stopping rule.
 
     Raises:
         ValueError: negative length penalty, `n_best` outside 1..beam_size, or a beam wider
@@ -238,5 +240,5 @@ def beam_search(
 def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig) -> list[list[int]]:
     """Greedy when `cfg.beam_size == 1` (identical to a beam of 1, and cheaper), else beam search."""
     if cfg.beam_size == 1:
-        return greedy(model, src, bos_id, eos_id, cfg.max_len_a, cfg.max_len_b)
+        return greedy(model, src, bos_id, eos_id, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b)
     return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, n_best=1)]

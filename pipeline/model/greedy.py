@@ -1,19 +1,9 @@
 """Greedy decoding over the Transformer's KV cache, and the conventions every search here follows.
 
 Shapes: B sentences, K beam size, S source length, V vocabulary, L tokens generated so far.
-
-Conventions shared by greedy and beam search (`pipeline.model.beam`) (fairseq's rules):
-- Never generated: pad and bos (their log-probs are -inf at every step).
-- Max length: sentence i generates at most `M_i = floor(a * src_len_i + b)` tokens before eos,
-  where `src_len_i` counts its non-pad source ids (the source ends with eos, as in training). A
-  hypothesis that reaches `M_i` tokens is finished with eos forced: only eos is allowed at step
-  `M_i + 1`, and its log-prob is paid, so a cut-off hypothesis does not beat ones that ended on
-  their own for free.
-- Returned ids exclude bos and eos. A hypothesis that emitted eos is never extended.
-- Ties are broken deterministically toward the lower index (token id, then beam slot), so the
-  output of a sentence does not depend on the other sentences in its batch or on padding.
-- Log-probs are float32 (log-softmax of the logits); a hypothesis' log-prob is summed in float64,
-  so `beam_search(beam_size=1)` returns exactly what `greedy` does.
+Conventions (fairseq's; in full in docs/decoding.md): pad and bos are never generated; sentence i makes at
+most `M_i = floor(a * src_len_i + b)` tokens, then eos is forced and its log-prob paid; returned ids exclude
+bos and eos; ties go to the lower index; log-probs are float32, a hypothesis' sum float64.
 """
 
 from __future__ import annotations
@@ -57,7 +47,7 @@ def log_probs(logits: Tensor, banned: Tensor) -> Tensor:
 
 @torch.inference_mode()
 def greedy(
-    model: Decoder, src: Tensor, bos_id: int, eos_id: int, max_len_a: float, max_len_b: int
+    model: Decoder, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float, max_len_b: int
 ) -> list[list[int]]:
     """Batched greedy decoding with the KV cache: src `[B, S]` -> B id lists (no bos/eos).
 

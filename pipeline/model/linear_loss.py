@@ -14,7 +14,7 @@ CHUNK_ROWS = 256  # rows per chunk: the chunk's fp32 logits (256 × V × 4 bytes
 
 
 def linear_label_smoothed_loss(
-    h: Tensor, weight: Tensor, target: Tensor, pad_id: int, smoothing: float, chunk_rows: int = CHUNK_ROWS
+    h: Tensor, weight: Tensor, target: Tensor, *, pad_id: int, smoothing: float, chunk_rows: int = CHUNK_ROWS
 ) -> Tensor:
     """Summed label-smoothed cross-entropy of the logits `h @ weightᵀ` over non-pad targets.
 

@@ -1,13 +1,9 @@
 """The Transformer of Vaswani et al. 2017 ("Attention Is All You Need"), from scratch.
 
-Shapes use one set of letters: B batch, S source length, T target length, D d_model,
-H heads, E = D / H head size, V vocabulary. Everything is batch-first.
-
-Mask convention (everywhere in this file): a boolean mask is True where attention is
-ALLOWED. `src_mask` is `[B, S]`, True at real (non-pad) source tokens.
-
-Target padding needs no mask of its own: pads sit at the end of a target and the causal
-mask already stops every real position from seeing a later one (pad or not).
+Shapes: B batch, S source length, T target length, D d_model, H heads, E = D / H head size, V vocabulary;
+everything is batch-first. A boolean mask is True where attention is ALLOWED (everywhere in this file):
+`src_mask` is `[B, S]`, True at real (non-pad) source tokens. Target padding needs no mask of its own: pads
+sit at the end, and the causal mask already stops every real position from seeing a later one.
 """
 
 from __future__ import annotations
@@ -292,9 +288,10 @@ class DecoderCache:
     position: int = 0
 
     def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        """Keep/reorder the decoder rows `rows` `[R']` (e.g. beam reordering), in place; with
-        `sources` `[N']`, keep only those source sentences too (finished ones dropped). The
-        memory keys/values are never copied per row."""
+        """Keep/reorder the decoder rows `rows` `[R']` (e.g. beam reordering), in place.
+
+        With `sources` `[N']`, keep only those source sentences too (finished ones dropped). The memory
+        keys/values are never copied per row."""
         if sources is not None:
             self.src_mask = self.src_mask[sources]
         for c in self.layers:
@@ -358,9 +355,10 @@ class Transformer(nn.Module):
         return DecoderCache(layers, self.src_mask(src))
 
     def decoder_states(self, tgt: Tensor, cache: DecoderCache) -> Tensor:
-        """The one decoder: tgt `[R, T]` ids of the next T positions -> final states `[R, T, D]`
-        (before the final norm of pre-norm models). Earlier positions are not recomputed: their
-        keys/values are in `cache`, which is updated in place."""
+        """The one decoder: tgt `[R, T]` ids of the next T positions -> final states `[R, T, D]`.
+
+        The states are taken before the final norm of pre-norm models. Earlier positions are not
+        recomputed: their keys/values are in `cache`, which is updated in place."""
         t, start = tgt.size(1), cache.position
         causal = None
         if t > 1:
@@ -392,9 +390,11 @@ class Transformer(nn.Module):
         target: Tensor | None = None,
         label_smoothing: float = 0.0,
     ) -> Tensor:
-        """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`; with `keep` (bool `[B, T]`) only
-        the kept positions' logits `[N, V]`, N = keep.sum(), in `keep.nonzero()` order (so the
-        `[tokens, V]` projection and the loss skip pad positions; equals `forward(src, tgt_in)[keep]`).
+        """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`.
+
+        With `keep` (bool `[B, T]`), only the kept positions' logits `[N, V]`, N = keep.sum(), in
+        `keep.nonzero()` order (so the `[tokens, V]` projection and the loss skip pad positions; equals
+        `forward(src, tgt_in)[keep]`).
 
         With `target` (`[N]` ids of the kept positions; needs `keep`), returns instead the summed
         label-smoothed cross-entropy (scalar, nats) of those logits, computed without them
@@ -405,7 +405,9 @@ class Transformer(nn.Module):
         if target is None:
             return self.logits(x)
         h = self.dec_norm(x)
-        return linear_label_smoothed_loss(h, self.output_weight(), target, self.pad_id, label_smoothing)
+        return linear_label_smoothed_loss(
+            h, self.output_weight(), target, pad_id=self.pad_id, smoothing=label_smoothing
+        )
 
     def decode_step(self, tgt_last: Tensor, cache: DecoderCache) -> Tensor:
         """Incremental decoding: the newest token ids `[R]` -> next-token logits `[R, V]`."""

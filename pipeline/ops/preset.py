@@ -1,10 +1,9 @@
 """The named presets: recipes that take more than one training, run as one command.
 
-    python -m pipeline.ops.preset distill [--dry-run]
-
-`distill` (docs/results.md, "Distillation"): the committed default model (seed 2) and a second
-seed of it become the teacher ensemble; their beam translations of the training sources, added to
-the original pairs, train a student of the default shape at the default budget.
+Usage: `python -m pipeline.ops.preset distill [--dry-run]`. `distill` (docs/results.md, "Distillation"):
+the committed default model (seed 2) and a second seed of it become the teacher ensemble; their beam
+translations of the training sources, added to the original pairs, train a student of the default shape
+at the default budget.
 """
 
 from __future__ import annotations

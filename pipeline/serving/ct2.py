@@ -137,9 +137,10 @@ def load_ct2(model_dir: str | Path, compute_type: str = "default", threads: int 
 
 
 def ct2_hypotheses(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[list]:
-    """Per sentence, CTranslate2's `cfg.beam_size` finished hypotheses ranked by our GNMT penalty
-    (see the module doc), as (piece ids, normalised log-prob), best first; [] for a blank input.
-    Sentences go `cfg.batch_size` at a time, grouped by their length limit."""
+    """Per sentence, CTranslate2's `cfg.beam_size` finished hypotheses ranked by our GNMT penalty.
+
+    As (piece ids, normalised log-prob), best first (see the module doc); [] for a blank input. Sentences
+    go `cfg.batch_size` at a time, grouped by their length limit."""
     ids = tokenizer.encode_batch(list(sentences))
     todo = [i for i, text in enumerate(sentences) if text.strip()]
     outputs: list[list] = [[] for _ in sentences]
@@ -187,9 +188,10 @@ RAW_SCORES = 1e-6
 def gnmt_ranked(
     hypotheses: list[list[str]], scores: list[float], alpha: float
 ) -> list[tuple[list[str], float]]:
-    """CTranslate2's hypotheses (pieces, eos excluded) with their log-probs, `len ** RAW_SCORES`
-    undone and divided by our GNMT penalty ((5 + |Y|) / 6) ** alpha, |Y| counting eos
-    (`pipeline.model.beam.gnmt_length_penalty`); best first (ties: CTranslate2's order)."""
+    """CTranslate2's hypotheses re-scored with our GNMT penalty, best first (ties: CTranslate2's order).
+
+    Each is (pieces, eos excluded) with its log-prob, `len ** RAW_SCORES` undone and divided by our GNMT
+    penalty ((5 + |Y|) / 6) ** alpha, |Y| counting eos (`pipeline.model.beam.gnmt_length_penalty`)."""
 
     def normalised(pieces: list[str], score: float) -> float:
         return score * max(len(pieces), 1) ** RAW_SCORES / gnmt_length_penalty(len(pieces) + 1, alpha)

@@ -17,9 +17,10 @@ LETTER_RE = re.compile(r"[^\W\d_]")
 
 
 def protect(text: str, spans: Sequence[Span]) -> str:
-    """`text` with `spans[i]` (in order, positions in `text`) replaced by `PLACEHOLDERS[i]`. Markup
-    glued to a word is given to the model as a word of its own (`<b>big</b>` -> `｟1｠ big ｟2｠`, as
-    the model saw placeholders in training) and glued back by `restore`.
+    """`text` with `spans[i]` (in order, positions in `text`) replaced by `PLACEHOLDERS[i]`.
+
+    Markup glued to a word is given to the model as a word of its own (`<b>big</b>` -> `｟1｠ big ｟2｠`,
+    as the model saw placeholders in training) and glued back by `restore`.
 
     Raises:
         ValueError: more spans than placeholders (cut the text first), or spans out of order.
@@ -47,11 +48,12 @@ def missing_placeholders(text: str, n_spans: int) -> int:
 
 
 def restore(text: str, spans: Sequence[Span]) -> str:
-    """The model output `text` with each span's output in place of its placeholder (the first
-    occurrence of each; repeats and unknown placeholders are dropped with the space before them);
-    a span whose placeholder is missing is appended, so none is lost. Spaces are collapsed, glued
-    markup is joined to its word, and an ordinal written with a dot (`3.`) followed by the
-    sentence's `.` gives one dot. One pass: a span that looks like a placeholder stays verbatim."""
+    """The model output `text` with each span's output in place of its placeholder.
+
+    The first occurrence of each placeholder is used; repeats and unknown placeholders are dropped with
+    the space before them; a span whose placeholder is missing is appended, so none is lost. Spaces are
+    collapsed, glued markup is joined to its word, and an ordinal written with a dot (`3.`) followed by
+    the sentence's `.` gives one dot. One pass: a span that looks like a placeholder stays verbatim."""
     pieces: list[str | Span] = []
     used: set[int] = set()
     last = 0

@@ -50,9 +50,10 @@ def installed(name: str) -> str:
 
 
 def requirements(requirements_txt: Path | None = None) -> list[str]:
-    """The pip requirements of the logged model: `PYFUNC_PACKAGES` pinned as in the repository's
-    `requirements.txt` (the project's reproducible pin set), or, without that file (an installed
-    package), at the versions installed here.
+    """The pip requirements of the logged model: the `PYFUNC_PACKAGES`, pinned.
+
+    Pinned as in the repository's `requirements.txt` (the project's reproducible pin set), or, without
+    that file (an installed package), at the versions installed here.
 
     Raises:
         PipelineError: a package of `PYFUNC_PACKAGES` has no `==` pin in the file.
@@ -106,9 +107,10 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
         self.cfg = DecodeConfig(**config)
 
     def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
-        """Translate `model_input`; see the class docstring for `params` and the output. The
-        inputs are translated a chunk at a time (`chunks`); past `serve.max_seconds` the request
-        stops before the next chunk, so an abandoned request does not go on using the CPU.
+        """Translate `model_input`; see the class docstring for `params` and the output.
+
+        The inputs are translated a chunk at a time (`chunks`); past `serve.max_seconds` the request stops
+        before the next chunk, so an abandoned request does not go on using the CPU.
 
         Raises:
             MlflowException: (INVALID_PARAMETER_VALUE, a 400 when served) an unknown or out-of-range
@@ -194,9 +196,10 @@ def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeCo
 
 
 def checked_lines(model_input: object, limits: ServeConfig) -> list[str]:
-    """`model_input` when it is a list of at most `limits.max_inputs` strings of at most
-    `limits.max_chars` characters each, all Unicode text (no lone surrogate, which valid JSON such
-    as `"\\ud800"` can carry).
+    """`model_input`, once checked to be a list of size-limited Unicode strings.
+
+    It must be a list of at most `limits.max_inputs` strings of at most `limits.max_chars` characters
+    each, all Unicode text (no lone surrogate, which valid JSON such as `"\\ud800"` can carry).
 
     Raises:
         MlflowException: INVALID_PARAMETER_VALUE naming what is wrong (the input's index).
@@ -267,10 +270,15 @@ def log_translator(
     *,
     ct2_dir: Path | None = None,
 ) -> str:
-    """Log the translator pyfunc to run `run_id`, register it as a new version of `model_name`
-    and point the `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) at it. `decode_cfg`: `DecodeConfig` fields, optionally plus
-    `max_len`, `compute_type` and the `ServeConfig` fields (request limits; defaults without them);
-    `ct2_dir`: a CTranslate2 export to decode with. Returns the version."""
+    """Log the translator pyfunc to run `run_id` and register it as a new version of `model_name`.
+
+    The `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) is pointed at the new version.
+    `decode_cfg`: `DecodeConfig` fields, optionally plus `max_len`, `compute_type` and the `ServeConfig`
+    fields (request limits; defaults without them); `ct2_dir`: a CTranslate2 export to decode with.
+
+    Returns:
+        The version.
+    """
     artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
     words = Path(spm_model).with_name(SOURCE_WORDS)
     if words.is_file():  # logged beside spm.model, where Tokenizer.load finds it

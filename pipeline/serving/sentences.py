@@ -42,8 +42,9 @@ def clean(line: str) -> str:
 
 
 def split_sentences(line: str) -> list[str]:
-    """The sentences of one line (sentencex, English rules), stripped; [] for a blank line. URLs,
-    e-mail addresses, numbers and markup are masked while splitting, so their dots and `?` never
+    """The sentences of one line (sentencex, English rules), stripped; [] for a blank line.
+
+    URLs, e-mail addresses, numbers and markup are masked while splitting, so their dots and `?` never
     end a sentence. Linear in the line's length."""
     if not line.strip():
         return []
@@ -67,11 +68,13 @@ def _masked(line: str) -> tuple[str, list[int]]:
 
 
 def split_at_long_words(text: str, count: Callable[[str], int], limit: int) -> list[tuple[str, bool]]:
-    """`text` as (segment, is_long_word) pairs, in order: each word of more than `limit` pieces
-    (`count(word)`; a base64 blob, 200,000 × `x`) is a segment of its own, the text between two
-    such words another (stripped; empty ones left out). No word is a language's word at that
-    length, so a caller copies it instead of translating it. Returns `[(text, False)]` when no word
-    is that long. Linear in `len(text)`: only words of at least `limit` characters are counted.
+    """`text` as (segment, is_long_word) pairs, in order, each over-long word a segment of its own.
+
+    A word is over-long with more than `limit` pieces (`count(word)`; a base64 blob, 200,000 × `x`); the
+    text between two such words is another segment (stripped; empty ones left out). No word is a
+    language's word at that length, so a caller copies it instead of translating it. Returns
+    `[(text, False)]` when no word is that long. Linear in `len(text)`: only words of at least `limit`
+    characters are counted.
 
     Raises:
         ValueError: `limit` below 1.
@@ -90,11 +93,12 @@ def split_at_long_words(text: str, count: Callable[[str], int], limit: int) -> l
 
 
 def split_between_spans(text: str, spans: Sequence[Span], limit: int) -> list[Part]:
-    """`text` cut into parts of at most `limit` of its `spans` (in order, positions in `text`), so
-    that each can be protected on its own. A part ends at the last space between its `limit`-th
-    span and the next (the last after a `,;:` if any), else in the latest gap between two of its
-    spans that has a space; where its spans touch without any space, right before the next span
-    (a part that is not `spaced`). Returns one part, `text`, when it holds at most `limit`.
+    """`text` cut into parts of at most `limit` of its `spans`, so that each can be protected on its own.
+
+    `spans` are in order, positions in `text`. A part ends at the last space between its `limit`-th span
+    and the next (the last after a `,;:` if any), else in the latest gap between two of its spans that has
+    a space; where its spans touch without any space, right before the next span (a part that is not
+    `spaced`). Returns one part, `text`, when it holds at most `limit`.
 
     Raises:
         ValueError: `limit` below 1.
@@ -133,8 +137,9 @@ def _part(text: str, begin: int, end: int, spans: Sequence[Span], continues: boo
 
 
 def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:
-    """`text` cut at spaces into chunks of at most `limit` pieces (`count(word)` pieces per word),
-    preferring a cut after a word ending in `,;:` in the chunk's second half. A word of more than
+    """`text` cut at spaces into chunks of at most `limit` pieces (`count(word)` pieces per word).
+
+    A cut after a word ending in `,;:` in the chunk's second half is preferred. A word of more than
     `limit` pieces is first cut into runs of characters that fit (`cut_word`), so no chunk is over
     `limit` whatever the input. Returns `[text]` when it fits.
 
@@ -166,11 +171,11 @@ def split_long(text: str, count: Callable[[str], int], limit: int) -> list[str]:
 
 
 def cut_word(word: str, count: Callable[[str], int], limit: int) -> list[str]:
-    """`word` cut into runs of consecutive characters of at most `limit` pieces each (by `count`),
-    never inside a placeholder (`｟1｠`). A run is first `limit` characters, then shrinks in
-    proportion to its excess pieces until it fits: a few `count` calls on at most `limit`
-    characters per run, so linear in `len(word)`. A character that alone is over `limit` pieces is
-    a run of its own.
+    """`word` cut into runs of consecutive characters of at most `limit` pieces each (by `count`).
+
+    Never inside a placeholder (`｟1｠`). A run is first `limit` characters, then shrinks in proportion
+    to its excess pieces until it fits: a few `count` calls on at most `limit` characters per run, so
+    linear in `len(word)`. A character that alone is over `limit` pieces is a run of its own.
 
     Raises:
         ValueError: `limit` below 1.

@@ -174,9 +174,10 @@ def local_copy(model_uri: str) -> str:
 
 
 def create_app() -> FastAPI:
-    """The guarded scoring app of the model named by `$MT_SERVE_MODEL_URI` (a uvicorn factory: each
-    worker loads the model once, from `local_copy`). MLflow's `SERVING_MODEL_CONFIG` overrides its
-    model config."""
+    """The guarded scoring app of the model named by `$MT_SERVE_MODEL_URI`.
+
+    A uvicorn factory: each worker loads the model once, from `local_copy`. MLflow's
+    `SERVING_MODEL_CONFIG` overrides its model config."""
     from mlflow.pyfunc import scoring_server
 
     model = scoring_server.load_model_with_mlflow_config(local_copy(os.environ[MODEL_URI_ENV]))

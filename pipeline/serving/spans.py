@@ -60,10 +60,11 @@ def find_spans(
     is_name: NameRule | None = None,
     target_language: Language = TARGETS["de"],
 ) -> list[Span]:
-    """Every protected span of `text`, in order (there may be more than there are placeholders):
-    the pattern spans (numbers, URLs, e-mails, markup, literal placeholders), given
-    `representable(char)` the runs of characters it rejects, given `is_name(word)` the names.
-    An ordinal's output is written the way of `target_language` (`Language.ordinal_form`)."""
+    """Every protected span of `text`, in order (there may be more than there are placeholders).
+
+    The spans are: the pattern spans (numbers, URLs, e-mails, markup, literal placeholders), given
+    `representable(char)` the runs of characters it rejects, given `is_name(word)` the names. An
+    ordinal's output is written the way of `target_language` (`Language.ordinal_form`)."""
     found = [m.span() for m in SPAN_RE.finditer(text)]
     if representable is not None:
         found += _unrepresentable_runs(text, representable, found)

@@ -27,9 +27,10 @@ def decode_sentences(
     *,
     progress: bool = False,
 ) -> list:
-    """Run `decode` (src `[B, S]` -> one result per row) over raw sentences, `cfg.batch_size` at a
-    time, longest first; returns the results in input order, None for blank inputs (the model
-    does not see them). Sources are pieces + eos, as in training, on the CPU."""
+    """Run `decode` (src `[B, S]` -> one result per row) over raw sentences; results in input order.
+
+    `cfg.batch_size` sentences at a time, longest first; None for blank inputs (the model does not see
+    them). Sources are pieces + eos, as in training, on the CPU."""
     ids = tokenizer.encode_batch(list(sentences))
     todo = [i for i, text in enumerate(sentences) if text.strip()]
     outputs: list = [None] * len(sentences)
@@ -80,9 +81,10 @@ def translate_n_best(
     n_best: int,
     device: str | torch.device = "cpu",
 ) -> list[list[tuple[str, float]]]:
-    """The `n_best` best translations of each sentence, best first, as (detokenised text,
-    length-normalised log-prob) pairs, by beam search with `cfg` (beam 1 included), batched as
-    `translate` does. Blank inputs give an empty list.
+    """The `n_best` best translations of each sentence, best first, by beam search with `cfg`.
+
+    As (detokenised text, length-normalised log-prob) pairs; beam 1 included, batched as `translate`
+    does. Blank inputs give an empty list.
 
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.

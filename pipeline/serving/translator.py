@@ -51,13 +51,14 @@ def load_translator(
     device: str | torch.device = "cpu",
     ensemble: Sequence[str | Path] = (),
 ) -> TorchEngine:
-    """Our engine: the checkpoint's model (eval mode, on `device`) and the SentencePiece model,
-    checked against each other: same vocabulary size and pad/bos/eos ids. With `ensemble`, those
-    checkpoints (checked the same way) decode together with it (`pipeline.model.ensemble`).
+    """Our engine: the checkpoint's model (eval mode, on `device`) and the SentencePiece model.
+
+    The two are checked against each other: same vocabulary size and pad/bos/eos ids. With `ensemble`,
+    those checkpoints (checked the same way) decode together with it (`pipeline.model.ensemble`).
 
     Raises:
-        CheckpointError: unreadable files (see `pipeline.training.checkpoint.load_model`, `Tokenizer.load`),
-            or a vocabulary / special-id mismatch.
+        CheckpointError: unreadable files (see `pipeline.training.checkpoint.load_model`,
+            `Tokenizer.load`), or a vocabulary / special-id mismatch.
     """
     tok = Tokenizer.load(spm_model)
     models = [_checked_model(path, spm_model, tok) for path in [checkpoint, *ensemble]]
@@ -212,9 +213,10 @@ def translate_sentences(
     max_pieces: int = MAX_SRC_PIECES,
     tgt_lang: str = "de",
 ) -> list[list[str]]:
-    """Each line's translated sentences (a list per line, [] for a blank line), all model inputs
-    decoded in one `engine.translate` call; `tgt_lang` says how protected ordinals are written.
-    Dropped placeholders are counted in one stderr warning.
+    """Each line's translated sentences: a list per line, [] for a blank line.
+
+    All model inputs are decoded in one `engine.translate` call; `tgt_lang` says how protected ordinals
+    are written. Dropped placeholders are counted in one stderr warning.
 
     Raises:
         KeyError: `tgt_lang` is not a target language.
@@ -262,12 +264,13 @@ def translate_lines_n_best(
     max_pieces: int = MAX_SRC_PIECES,
     tgt_lang: str = "de",
 ) -> list[list[tuple[str, float]]]:
-    """The `n_best` best translated lines of each input line as (text, length-normalised log-prob),
-    best first, with the same processing as `translate_lines`: exactly `n_best` entries per line.
-    The k-th entry joins the k-th best of each of the line's model inputs (sentences, chunks); its
-    score is their mean. A line with nothing to translate (blank, or only numbers, links, emoji)
-    has `n_best` copies of its only output (the line itself, score 0.0); an engine that returns
-    fewer hypotheses than asked for has its last one repeated.
+    """The `n_best` best translated lines of each input line, best first.
+
+    Each is (text, length-normalised log-prob), with the same processing as `translate_lines`: exactly
+    `n_best` entries per line. The k-th entry joins the k-th best of each of the line's model inputs
+    (sentences, chunks); its score is their mean. A line with nothing to translate (blank, or only
+    numbers, links, emoji) has `n_best` copies of its only output (the line itself, score 0.0); an engine
+    that returns fewer hypotheses than asked for has its last one repeated.
 
     Raises:
         ValueError: `n_best` outside 1..cfg.beam_size.

@@ -1,11 +1,9 @@
-"""What a train run says about itself in MLflow: its name, its
-description (`mlflow.note.content`, Markdown in the UI) and its summary tags. Plain text, no MLflow.
+"""What a train run says about itself in MLflow: its name, its description (`mlflow.note.content`,
+Markdown in the UI) and its summary tags. Plain text, no MLflow.
 
 A run is named for what started it (`trigger`) and the data it trained on (`run_name`), e.g.
-`dvc repro · 29,000 pairs 3f2a1c`; a name already taken in the experiment gets ` (2)`, ` (3)`, ...
-(`numbered`). The trigger is env `MT_RUN_TRIGGER` when whatever ran the stages set it (the Prefect
-flow: `flow <flow run name>`), else `dvc exp <name>` under `dvc exp run` (DVC sets env
-`DVC_EXP_NAME`), `dvc repro` under any other DVC stage run (env `DVC_STAGE`), else `script`.
+`dvc repro · 29,000 pairs 3f2a1c`; a taken name gets ` (2)`, ` (3)`, ... (`numbered`). The trigger is env
+`MT_RUN_TRIGGER`, else `dvc exp <name>` (env `DVC_EXP_NAME`), `dvc repro` (env `DVC_STAGE`), else `script`.
 """
 
 from __future__ import annotations
@@ -54,11 +52,12 @@ def changes(before: Mapping[str, str], after: Mapping[str, str], limit: int = 8)
 
 
 def start_note(facts: Mapping[str, str], previous: str | None, changed: list[str]) -> str:
-    """The description a train run starts with. `facts`: `started_by`, `commit`, `branch` (may be
-    empty), `data` (e.g. "500 pairs of multi30k-en-de"), `digest`, `start` ("from scratch", ...),
-    optionally `recipe` (e.g. "distilled from seed2.pt");
-    `previous`: the name of the experiment's previous train run (None: none), `changed`: what
-    differs from it (`changes`)."""
+    """The description a train run starts with.
+
+    `facts`: `started_by`, `commit`, `branch` (may be empty), `data` (e.g. "500 pairs of multi30k-en-de"),
+    `digest`, `start` ("from scratch", ...), optionally `recipe` (e.g. "distilled from seed2.pt");
+    `previous`: the name of the experiment's previous train run (None: none), `changed`: what differs
+    from it (`changes`)."""
     where = f"commit `{facts['commit'][:7]}`" + (f" on branch `{facts['branch']}`" if facts["branch"] else "")
     lines = [
         f"Training run started by `{facts['started_by']}` at {where}.",

@@ -27,8 +27,9 @@ TRANSLATIONS_ARTIFACTS = "reports/translations"  # the run's artifact folder of 
 
 
 def translation_artifact(split: str, lang: str) -> str:
-    """The run artifact of `decode`'s translations of `split` into `lang`:
-    `reports/translations/<split>.hyp.<lang>.txt` (MLflow's artifact browser shows `.txt` files;
+    """The run artifact of `decode`'s translations of `split` into `lang`.
+
+    That is `reports/translations/<split>.hyp.<lang>.txt` (MLflow's artifact browser shows `.txt` files;
     it offers `.de` ones for download only)."""
     return f"{TRANSLATIONS_ARTIFACTS}/{split}.hyp.{lang}.txt"
 
@@ -71,9 +72,11 @@ class TrainingSet:
 
 
 def training_set(params: Params) -> TrainingSet:
-    """The training set of `params`: `incoming.out_jsonl`, Multi30k train plus the `*.tsv` files in
-    `incoming.in_dir` (hidden ones ignored, as the `incoming` stage does, which runs before
-    `train`), named `multi30k-en-<tgt>`, with `+incoming` when there are such files."""
+    """The training set of `params`: `incoming.out_jsonl`, Multi30k train plus the incoming files.
+
+    The incoming files are the `*.tsv` files in `incoming.in_dir` (hidden ones ignored, as the `incoming`
+    stage does, which runs before `train`). Named `multi30k-en-<tgt>`, with `+incoming` when there are
+    such files."""
     folder = Path(params.incoming.in_dir)
     files = sorted(p.name for p in folder.glob("*.tsv") if p.is_file() and not p.name.startswith("."))
     name = f"multi30k-en-{params.download.tgt_lang}" + ("+incoming" if files else "")
@@ -81,8 +84,9 @@ def training_set(params: Params) -> TrainingSet:
 
 
 def dataset_input(data: TrainingSet, digest: str, n_pairs: int) -> DatasetInput:
-    """The MLflow `DatasetInput` (context "training") of the training pairs described by `data`:
-    source the merged file, digest the first 12 hex digits of `digest` (MLflow allows 36), profile
+    """The MLflow `DatasetInput` (context "training") of the training pairs described by `data`.
+
+    Source: the merged file; digest: the first 12 hex digits of `digest` (MLflow allows 36); profile:
     `{"num_rows": n_pairs, "data_id": digest, "incoming_files": [...]}`."""
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.data.sources import LocalArtifactDatasetSource
@@ -183,9 +187,10 @@ class MlflowTracker:
 
 
 def run_of(run_id_file: Path, enabled: bool) -> Tracker:
-    """The tracker of the train stage's MLflow run named in `run_id_file` (for the stages after
-    it); NullTracker when tracking is off, the file is empty, or the run keeps its artifacts in
-    another checkout (`foreign_artifacts`: then it says so).
+    """The tracker of the train stage's MLflow run named in `run_id_file` (for the stages after it).
+
+    NullTracker when tracking is off, the file is empty, or the run keeps its artifacts in another
+    checkout (`foreign_artifacts`: then it says so).
 
     Raises:
         MlflowException: the run is not in the tracking database, or it cannot be reached.

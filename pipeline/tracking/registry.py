@@ -1,12 +1,9 @@
 """Queries of the MLflow model registry: the version an alias points at, the scores of the
-`candidate` version, what a version says about its training, and a run's versions for the
-results page.
+`candidate` version, what a version says about its training, and a run's versions for the results page.
 
-Aliases: every `decode` stage run registers a new version of `mlflow.model_name`
-(`pipeline.serving.pyfunc.log_translator`), points `candidate` at it and describes it
-(`describe_version`); `score` tags that version with its scores (`val.bleu`: beam search on val;
-names as `dvc metrics show` prints them). `pipeline.ops.promotion` moves `champion` to the
-candidate only when a paired significance test on val says it is better.
+Each `decode` run registers a version of `mlflow.model_name`, points `candidate` at it and describes it
+(`describe_version`); `score` tags it with its scores (`val.bleu`: beam search on val);
+`pipeline.ops.promotion` moves `champion` to it only when a paired significance test on val says it is better.
 """
 
 from __future__ import annotations
@@ -41,14 +38,15 @@ def tag_candidate(model_name: str, run_id: str, scores: dict[str, float]) -> str
     return version.version
 
 
-RUN_TAGS = ("trigger", "data.pairs", "data.digest")  # the train run's tags a version repeats
+RUN_TAGS = ("trigger", "data.pairs", "data.digest", "recipe")  # the train run's tags a version repeats
 
 
 def describe_version(model_name: str, version: str, run_id: str, decoding: str = "") -> None:
-    """Say on version `version` of `model_name` which training it is: a description naming the
-    train run `run_id` (its name, commit, data and final model) and the `decoding` settings it was
-    logged with, and the run's `RUN_TAGS` plus `run` (its name) as tags; the same tags on the
-    version's logged model (the experiment's Models tab).
+    """Say on version `version` of `model_name` which training it is.
+
+    A description naming the train run `run_id` (its name, commit, data and final model) and the
+    `decoding` settings it was logged with, and the run's `RUN_TAGS` plus `run` (its name) as tags; the
+    same tags on the version's logged model (the experiment's Models tab).
 
     Raises:
         MlflowException: the run or the version is not in the tracking database.
@@ -74,12 +72,14 @@ def logged_model_id(version: ModelVersion) -> str | None:
 
 
 def version_description(run_name: str, tags: dict[str, str]) -> str:
-    """A version's description from its train run's name and tags (`data.*`, `summary.*`, git)."""
+    """A version's description from its train run's name and tags (`data.*`, `recipe`, `summary.*`, git)."""
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
     text = f"Trained by run `{run_name}` at commit `{tags.get(MLFLOW_GIT_COMMIT, 'unknown')[:7]}`"
     if "data.pairs" in tags:
         text += f" on {int(tags['data.pairs']):,} pairs (digest `{tags.get('data.digest', '?')}`)"
+    if "recipe" in tags:
+        text += f"; recipe: {tags['recipe']}"
     if "summary.final_model" in tags:
         text += f"; final model {tags['summary.final_model']}, greedy val BLEU {tags.get('summary.final_val_bleu', '?')}"
     return text + "."

@@ -33,9 +33,10 @@ def local_path(file_uri: str) -> Path:
 
 
 def foreign_artifacts(location: str, uri: str) -> bool:
-    """Whether the artifact location `location` (an experiment's or a run's) is in an `mlartifacts/`
-    folder other than the one beside the sqlite database `uri`: the database was copied or moved
-    from another checkout. False for any other tracking URI or location."""
+    """Whether artifact location `location` is in an `mlartifacts/` folder not beside the sqlite `uri`.
+
+    `location` is an experiment's or a run's. True means the database was copied or moved from another
+    checkout. False for any other tracking URI or location."""
     own = artifact_location(uri)
     if own is None or not location.startswith("file:"):
         return False
@@ -112,10 +113,12 @@ EXPERIMENT_NOTE = (
 
 
 def experiment_id(name: str) -> str:
-    """The id of experiment `name`. Created when missing, with `artifact_location`, a description
-    and `EXPERIMENT_KIND` = `MODEL_TRAINING` (also set on an older experiment without it). An
-    experiment whose artifacts are in another checkout (`foreign_artifacts`) is renamed
-    `<name> (artifacts in <folder>)`, with a message, and a new `name` is created.
+    """The id of experiment `name`, which is created when missing.
+
+    Created with `artifact_location`, a description and `EXPERIMENT_KIND` = `MODEL_TRAINING` (also set
+    on an older experiment without it). An experiment whose artifacts are in another checkout
+    (`foreign_artifacts`) is renamed `<name> (artifacts in <folder>)`, with a message, and a new `name`
+    is created.
 
     Raises:
         MlflowException: the tracking server or database cannot be reached or written.

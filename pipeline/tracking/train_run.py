@@ -28,9 +28,11 @@ NOT_SHAPING = ("download.mirror", "train.dist.master_addr", "train.dist.master_p
 
 
 def run_params(params: Params) -> dict[str, object]:
-    """The params that shape a train run, flattened (e.g. `train.optim.peak_lr`): the sections
-    `RUN_SECTIONS` without paths (fields ending in `PATH_SUFFIXES`) and without `NOT_SHAPING` (the
-    download mirror, torchrun's address and port)."""
+    """The params that shape a train run, flattened (e.g. `train.optim.peak_lr`).
+
+    The sections `RUN_SECTIONS`, without paths (fields ending in `PATH_SUFFIXES`) and without
+    `NOT_SHAPING` (the download mirror, torchrun's address and port).
+    """
     tree = {section: getattr(params, section).model_dump() for section in RUN_SECTIONS}
     return {k: v for k, v in flatten(tree).items() if not k.endswith(PATH_SUFFIXES) and k not in NOT_SHAPING}
 
@@ -53,10 +55,12 @@ class TrainStart:
 
 
 def start_train_run(params: Params, out_dir: Path, fingerprint: str, start: TrainStart) -> MlflowTracker:
-    """The MLflow run of a `train` stage run: the one named in `out_dir/mlflow_run.json` when it has
-    the same `fingerprint` and the training continues (`last.pt` beside it), else a new one
-    (`create_train_run`). The tracker samples system metrics, uploads checkpoints as
-    `mlflow.log_checkpoints` says and knows the training set (`training_set`).
+    """The MLflow run of a `train` stage run: the earlier one when the training continues, else a new one.
+
+    The earlier one is the run named in `out_dir/mlflow_run.json`, kept when it has the same
+    `fingerprint` and the training continues (`last.pt` beside it); else a new one (`create_train_run`).
+    The tracker samples system metrics, uploads checkpoints as `mlflow.log_checkpoints` says and knows
+    the training set (`training_set`).
 
     Raises:
         MlflowException: the tracking server or database cannot be reached or written.
@@ -77,10 +81,14 @@ def start_train_run(params: Params, out_dir: Path, fingerprint: str, start: Trai
 
 
 def create_train_run(params: Params, exp_id: str, start: TrainStart):
-    """A new train run in experiment `exp_id`, with the params that shape it (`run_params`), a
-    unique name (`describe.run_name`, numbered when taken), a description (`start_note`) and tags
-    (`git_tags`, `source_tags`, what started it, device, torch, the data, the warm start). Returns
-    the `Run`.
+    """A new train run in experiment `exp_id`, with its params, name, description and tags.
+
+    The params are those that shape it (`run_params`); the name is unique (`describe.run_name`, numbered
+    when taken); the description is `start_note`; the tags are `git_tags`, `source_tags`, what started
+    it, device, torch, the data, its recipe (`recipe_words`), the warm start.
+
+    Returns:
+        The `Run`.
 
     Raises:
         MlflowException: the tracking server or database cannot be reached or written.
@@ -90,6 +98,7 @@ def create_train_run(params: Params, exp_id: str, start: TrainStart):
     started_by = describe.trigger()
     tags = git_tags() | source_tags(TRAIN_SOURCE) | data_tags(params, start) | _init_tags(start.init_from)
     tags |= {"stage": "train", "trigger": started_by, "device": start.device, "torch": _torch_version()}
+    tags["recipe"] = recipe_words(params)
     note = start_note(params, exp_id, start, tags)
     name = _unique_name(exp_id, describe.run_name(started_by, start.n_pairs, start.digest))
     run = client().create_run(exp_id, tags=tags | {MLFLOW_RUN_NOTE: note}, run_name=name)
@@ -98,9 +107,11 @@ def create_train_run(params: Params, exp_id: str, start: TrainStart):
 
 
 def start_note(params: Params, exp_id: str, start: TrainStart, tags: Mapping[str, str]) -> str:
-    """The description a new train run with `tags` starts with (`describe.start_note`): what
-    started it, where, its data, and what changed (params, `data.*` tags) since the previous train
-    run of experiment `exp_id`."""
+    """The description a new train run with `tags` starts with (`describe.start_note`).
+
+    It says what started the run, where, its data, and what changed (params, `data.*` tags) since the
+    previous train run of experiment `exp_id`.
+    """
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT
 
     data = training_set(params)

@@ -1,15 +1,9 @@
 """Checkpoints: save, safe load, resume, averaging and the final-model choice.
 
-A checkpoint is a dict of plain types and tensors, written atomically with `torch.save` and read
-with `torch.load(weights_only=True)`: loading a file someone handed you cannot run code.
-
-- Weights (`best.pt`, `step<N>.pt`, `model.pt`): `MODEL_KEYS`, all that rebuilds the model:
-  `model_cfg` (a `ModelConfig` dump), `vocab_size`, `pad_id`, `bos_id`, `eos_id`, `model`.
-- Every checkpoint of a SentencePiece run (not the warm-up's fixed vocabulary) also records
-  `spm_sha256`, the SHA-256 of the `spm.model` it was trained with; loading it with another
-  tokenizer file is refused. Checkpoints without the key (older ones) load unchecked.
-- `last.pt` adds what continues the run exactly: `optimizer`, `rng`, `progress` (the loop's
-  bookkeeping), `identity` (what the trajectory depends on) and its `fingerprint`.
+A checkpoint is a dict of plain types and tensors, written atomically with `torch.save` and read with
+`torch.load(weights_only=True)`. Weights (`best.pt`, `step<N>.pt`, `model.pt`) hold `MODEL_KEYS`; a
+SentencePiece run's also hold `spm_sha256`, checked on load; `last.pt` adds `optimizer`, `rng`,
+`progress`, `identity` and its `fingerprint`. The keys in full: docs/training.md.
 """
 
 from __future__ import annotations
@@ -203,6 +197,7 @@ def resume(
     model: Transformer,
     optimizer: torch.optim.Optimizer,
     world: World,
+    *,
     ema: EMA | None = None,
 ):
     """Restore model, optimizer and RNG from `path` (`last.pt`) when rank 0 finds it written by a
@@ -324,9 +319,11 @@ def average(paths: list[Path]) -> dict:
 
 
 def candidates(out_dir: Path, kept: list[str], average_last: int) -> dict[str, dict]:
-    """The final-model candidates: `best.pt`, the average of the last min(4, average_last) kept
-    step checkpoints, of all `average_last` of them when that is more than 4, and the moving
-    average of the weights (`ema`) when `last.pt` keeps one."""
+    """The final-model candidates: `best.pt`, averages of the kept step checkpoints, and the EMA.
+
+    The averages are of the last min(4, average_last) kept step checkpoints, and of all `average_last` of
+    them when that is more than 4; the moving average of the weights (`ema`) is one when `last.pt` keeps
+    one."""
     out = {"best": {k: v for k, v in load(out_dir / "best.pt").items() if k in MODEL_KEYS}}
     for n in sorted({min(4, average_last, len(kept)), min(average_last, len(kept))}):
         if n >= 2:

@@ -76,9 +76,10 @@ def wants_torchrun(cfg: DistConfig) -> bool:
 
 
 def init(device: torch.device, threads: int | None = None) -> tuple[World, torch.device]:
-    """Join the process group when under torchrun; returns the world and this rank's device
-    (`cuda:<local rank>` on GPU). CPU ranks use `threads` threads each, by default an equal share
-    of the node's cores."""
+    """Join the process group when under torchrun; returns the world and this rank's device.
+
+    The device is `cuda:<local rank>` on GPU. CPU ranks use `threads` threads each, by default an equal
+    share of the node's cores."""
     if not under_torchrun():
         return World(), device
     world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))

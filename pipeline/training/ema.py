@@ -1,10 +1,9 @@
 """An exponential moving average of the weights along training, a final-model candidate beside
 `best.pt` and the checkpoint averages (Polyak & Juditsky 1992; as in fairseq's and timm's EMA).
 
-After every optimizer step `ema ← d · ema + (1 − d) · w` for each trained parameter, in float32,
-with `d = min(decay, (1 + t) / (10 + t))` at update t: the warm-up of d keeps the first averages
-from being dominated by the random initial weights. Its state (the averages and t) is saved in
-`last.pt`, so a continued run goes on with exactly the average it had.
+After every optimizer step `ema ← d · ema + (1 − d) · w` per trained parameter, in float32, with
+`d = min(decay, (1 + t) / (10 + t))` at update t (so the random initial weights do not dominate the first
+averages). The averages and t are saved in `last.pt`, so a continued run goes on with exactly that average.
 """
 
 from __future__ import annotations

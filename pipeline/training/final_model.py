@@ -19,8 +19,9 @@ from pipeline.training.validation import Validation
 def save_final_model(
     model: Transformer, progress: Progress, validate: Validation, cfg: TrainConfig, run: RunContext
 ):
-    """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`), save them
-    as `cfg.model_file` (with the tokenizer's fingerprint) and track it. Returns (metrics, facts)
+    """Rank 0 after training: choose the final weights on val (`checkpoint.final_model`) and save them.
+
+    Saved as `cfg.model_file` (with the tokenizer's fingerprint) and tracked. Returns (metrics, facts)
     for the stage to write."""
     state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, validate.score)
     checkpoint.save(cfg.model_file, state, run.spm_sha256)

@@ -102,7 +102,7 @@ def train(
     optimizer = make_optimizer(model, cfg)
     identity = run_identity(model, cfg, run)
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
-    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema)
+    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema=ema)
     progress = Progress(**saved) if saved else Progress()
     if world.is_main:
         run.tracker.log_training_set(run.data_id, len(pairs))
@@ -110,22 +110,23 @@ def train(
         seed_everything(cfg.seed + 1000 * world.rank + progress.step)
     net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
     order = EpochOrder(pairs.lengths, cfg.max_tokens, cfg.seed)
-    started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
     console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
-    window = Window()
+    started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
+    state = TrainState(optimizer, ema, identity, started, Window(), console)
     threads = threads_for_load(cfg, run)
-    state = TrainState(optimizer, ema, identity, started, window, console)
 
     lr = lr_at(progress.step, cfg)
     try:
         with stop_at_step_boundary() as stop_request:
-            while world.rank0_says(budget_left(progress, cfg, time.time() - started) and not stop_request):
+            while world.rank0_says(
+                budget_left(progress, cfg, time.time() - state.started) and not stop_request
+            ):
                 batches = [
                     to_tensors(pairs, b, model.pad_id, run.device)
                     for b in next_batches(order, progress, cfg, world)
                 ]
                 lr = lr_at(progress.step + 1, cfg)
-                loss, n_tokens = train_step(net, optimizer, batches, lr, cfg, run)
+                loss, n_tokens = train_step(net, optimizer, batches, lr=lr, cfg=cfg, run=run)
                 progress.step += 1
                 progress.target_tokens += n_tokens
                 if ema is not None:
@@ -135,9 +136,13 @@ def train(
                         f"train: loss is {loss} at step {progress.step}; stopped, "
                         f"the last good checkpoint is {out_dir / 'last.pt'}"
                     )
-                window.add(loss, n_tokens)
-                stats = {"train_loss": window.loss(), "lr": lr, "tokens_per_s": window.tokens_per_second()}
-                console.update(progress.step, time.time() - started, stats)
+                state.window.add(loss, n_tokens)
+                stats = {
+                    "train_loss": state.window.loss(),
+                    "lr": lr,
+                    "tokens_per_s": state.window.tokens_per_second(),
+                }
+                console.update(progress.step, time.time() - state.started, stats)
                 if threads is not None and threads.update():
                     console.line(
                         f"threads: {torch.get_num_threads()} (other processes keep "
@@ -151,7 +156,7 @@ def train(
         console.close()  # before any error message, so it gets a line of its own
     if world.rank0_says(bool(stop_request)):  # a signal: save where the run stands, then stop
         if world.is_main:
-            progress.wall_seconds = time.time() - started
+            progress.wall_seconds = time.time() - state.started
             run.tracker.log_checkpoint(save_last(model, progress, state, run=run))
             write_log(progress.log, run.log_csv)
         raise stop_request.stopped(progress.step)
@@ -214,9 +219,11 @@ def validation_point(
 
 
 def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None:
-    """The thread chooser of a single CPU process whose `threads` param is unset (null), up to
-    the threads torch has now (one per core unless set); None for a set count, a GPU, or DDP
-    ranks sharing the cores: they keep their threads."""
+    """The thread chooser of a single CPU process whose `threads` param is unset (null), else None.
+
+    The chooser goes up to the threads torch has now (one per core unless set). None for a set count, a
+    GPU, or DDP ranks sharing the cores: they keep their threads.
+    """
     if cfg.threads is not None or run.device.type != "cpu" or run.world.size > 1:
         return None
     return ThreadsForLoad(max_threads=torch.get_num_threads())
@@ -237,6 +244,7 @@ def train_step(
     net: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     batches: list[list[Tensor]],
+    *,
     lr: float,
     cfg: OptimConfig,
     run: RunContext,
@@ -338,9 +346,12 @@ def save_checkpoints(
     average_last: int,
     run: RunContext,
 ) -> None:
-    """At a validation: `best.pt` when val improved and `step<N>.pt` (weights only; the newest
-    `average_last` kept), then `last.pt` (everything). Each file goes to the tracker as it is
-    written, which uploads those `mlflow.log_checkpoints` asks for."""
+    """At a validation, write the checkpoints due and hand each to the tracker.
+
+    `best.pt` when val improved and `step<N>.pt` (weights only; the newest `average_last` kept), then
+    `last.pt` (everything). Each file goes to the tracker as it is written, which uploads those
+    `mlflow.log_checkpoints` asks for.
+    """
     written, weights, spm = [], checkpoint.weights(model), run.spm_sha256
     if improved:
         written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}, spm))
@@ -364,13 +375,15 @@ def save_last(model: Transformer, progress: Progress, state: TrainState, *, run:
 
 
 def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
-    """What the training trajectory depends on, hence what `last.pt` must share to be continued:
-    the model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
-    (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets
-    (max_steps, max_minutes, patience), val_every, average_last, threads or the validation set.
-    A warm-started run adds its starting point (`init_from`: the champion's version and run), so a
-    from-scratch `last.pt` is never continued as a fine-tuning or the other way round; a
-    from-scratch identity has no such key (earlier runs' `last.pt` stay continuable)."""
+    """What the training trajectory depends on, hence what `last.pt` must share to be continued.
+
+    The model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
+    (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets (max_steps,
+    max_minutes, patience), val_every, average_last, threads or the validation set. A warm-started run
+    adds its starting point (`init_from`: the champion's version and run), so a from-scratch `last.pt` is
+    never continued as a fine-tuning or the other way round; a from-scratch identity has no such key
+    (earlier runs' `last.pt` stay continuable).
+    """
     identity = {
         "model": model.cfg.model_dump(),
         "vocab_size": model.vocab_size,
@@ -386,6 +399,7 @@ def bleu_validation(
     tok: Tokenizer,
     val: Mapping[str, list[str]],
     decode: DecodeConfig,
+    *,
     max_tokens: int,
     device: torch.device,
     tgt: str = "de",

@@ -2,12 +2,8 @@
 
 - `inverse_sqrt`: linear warm-up to `peak_lr` over `warmup_steps`, then `peak · √(warmup / step)`
   (Vaswani et al. 2017, §5.3, scaled to peak at the end of the warm-up). It ignores `max_steps`.
-- `linear` / `cosine`: the same warm-up, then a linear or half-cosine decay that reaches zero one
-  step after `max_steps` (so the last step still learns a little), the budget-aware schedules of
-  Li, Yumer & Ramanan 2020 ("Budgeted training") and Geiping & Goldstein 2022 ("Cramming").
-
-Raising `max_steps` after a finished run of a decaying schedule stretches its decay: the continued
-run's learning rate jumps from near zero back to the stretched schedule's value at that step.
+- `linear` / `cosine`: the same warm-up, then a linear or half-cosine decay that reaches zero one step
+  after `max_steps` (Li, Yumer & Ramanan 2020; Geiping & Goldstein 2022). See docs/training.md.
 """
 
 from __future__ import annotations

@@ -66,9 +66,10 @@ def _saved(path: Path) -> tuple[str, int] | None:
 
 
 def restore(out_dir: Path, fingerprint: str) -> int | None:
-    """Put the shadow's files back into `out_dir` when they continue the run of `fingerprint`
-    further than what `out_dir` holds (its `last.pt` missing, of another run, or at an earlier
-    step). Returns the step restored, or None when `out_dir` was left as it was."""
+    """Put the shadow's files back into `out_dir` when they continue the run of `fingerprint` further.
+
+    Further than what `out_dir` holds: its `last.pt` missing, of another run, or at an earlier step.
+    Returns the step restored, or None when `out_dir` was left as it was."""
     out_dir = Path(out_dir)
     copy = _saved(shadow_dir(out_dir) / "last.pt")
     if copy is None or copy[0] != fingerprint:

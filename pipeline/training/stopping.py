@@ -37,8 +37,9 @@ class StopRequest:
 
 @contextmanager
 def stop_at_step_boundary() -> Iterator[StopRequest]:
-    """Within the block, SIGTERM and SIGINT set the yielded request instead of interrupting (a
-    second one interrupts at once, as without this). Outside the main thread, where Python cannot
+    """Within the block, SIGTERM and SIGINT set the yielded request instead of interrupting.
+
+    A second one interrupts at once, as without this. Outside the main thread, where Python cannot
     install handlers, the request never fires and signals act as before."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():

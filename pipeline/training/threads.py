@@ -1,13 +1,9 @@
 """CPU threads chosen for the load: as many as there are cores other processes leave free.
 
-Two OpenMP threads on two cores stall whenever another process takes one of the cores: each
-parallel region waits for the thread that shares its core, while its partner spins, so a training
-step runs many times slower than on one core alone. `ThreadsForLoad` samples, every
-`every_seconds`, how many cores the rest of the machine kept busy (all CPU time less this
-process's own, from psutil) and sets torch's intra-op threads to the cores left, rounded, at least
-one and at most `max_threads` (the trainer passes the count it started with, one per core by
-default). Alone on the machine it keeps them all. A different thread count may sum floats in another
-order, so a run whose thread count changed is not bit-identical to one that ran alone.
+`ThreadsForLoad` samples, every `every_seconds`, how many cores the rest of the machine kept busy (all CPU
+time less this process's own, from psutil) and sets torch's intra-op threads to the cores left, rounded,
+at least one and at most `max_threads` (the trainer passes its starting count, one per core by default).
+Why, and what a changed thread count costs in reproducibility: docs/training.md.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ def greedy_ids(model: Transformer, srcs: list[list[int]], decode: DecodeConfig) 
     for chunk in longest_first(range(len(srcs)), [len(s) for s in srcs], decode.batch_size):
         src = pad([srcs[i] + [EOS_ID] for i in chunk], model.pad_id).to(device)
         for i, ids in zip(
-            chunk, greedy(model, src, BOS_ID, EOS_ID, decode.max_len_a, decode.max_len_b), strict=True
+            chunk,
+            greedy(model, src, BOS_ID, EOS_ID, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b),
+            strict=True,
         ):
             out[i] = ids
     return out

@@ -1,11 +1,9 @@
 """Warm start (`train.init_from: champion`): a training run that begins from the weights of the
 registered model's `champion` version (`mlflow.model_name`) instead of a random initialisation.
 
-Fine-tuning needs the champion's architecture and its tokenizer (the ids its embeddings were
-trained on), so both are checked against the champion's own files, the checkpoint and the
-SentencePiece model that `pipeline.serving.pyfunc.log_translator` logged with the version: the model
-config fields that shape the weights or the attention (`ARCHITECTURE`), the vocabulary size and the
-SHA-256 of `spm.model`. A mismatch, or no champion, is a one-line `CheckpointError`.
+Checked against the champion's files (logged by `pipeline.serving.pyfunc.log_translator`): the model
+config fields that shape the weights or the attention (`ARCHITECTURE`), the vocabulary size and the SHA-256
+of `spm.model`. A mismatch, or no champion, is a one-line `CheckpointError`.
 """
 
 from __future__ import annotations

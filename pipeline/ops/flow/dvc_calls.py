@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pipeline.ops.dag import read_dag
+from pipeline.ops.dvc_index import read_stages
 
 # Stage processes write plain, unbuffered lines: no tqdm frames, nothing held back in a pipe buffer.
 STAGE_ENV = {"PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
@@ -29,12 +29,12 @@ DVC_HINTS = (
 
 
 def stage_names(repo: Path) -> list[str]:
-    """The stages of `repo/dvc.yaml` in DAG order (`pipeline.ops.dag`).
+    """The stages of `repo/dvc.yaml` in DAG order, as DVC reads them (`pipeline.ops.dvc_index`).
 
     Raises:
         ConfigError: dvc.yaml is missing or malformed, or names a param that params.yaml lacks.
     """
-    return list(read_dag(repo))
+    return list(read_stages(repo))
 
 
 def tail(text: str, lines: int = 15) -> str:

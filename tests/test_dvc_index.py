@@ -1,5 +1,5 @@
-"""`pipeline.ops.dag`: the params merge, `${...}` interpolation and the DAG order, on a small
-dvc.yaml and params.yaml written for each test."""
+"""`pipeline.ops.dvc_index` (dvc.yaml's stages as DVC reads them) and `pipeline.ops.overrides`
+(params.yaml with overrides merged over it), on a small dvc.yaml and params.yaml per test."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 import yaml
 
 from pipeline.core.errors import ConfigError
-from pipeline.ops.dag import Stage, dag_order, interpolate, merge_params, read_dag, read_params
+from pipeline.ops.dvc_index import producers, read_stages
+from pipeline.ops.overrides import merge_params, read_params
 
+ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {
     "data": {"out_dir": "data/raw", "lang": "de"},
     "model": {"file": "models/m.pt", "optim": {"lr": 0.001, "steps": 10}, "tied": True},
@@ -33,6 +35,7 @@ STAGES = {  # file order is not DAG order: `score` comes first
         "outs": [{"${model.file}": {"persist": True}}],
         "plots": ["reports/log.csv"],
     },
+    "report": {"cmd": "python -m stages.report"},  # free from the start, last in the file
 }
 
 
@@ -70,66 +73,56 @@ def test_read_params_merges_overrides_in_turn(tmp_path: Path) -> None:
         read_params(tmp_path)
 
 
-def test_interpolation_fills_cmd_and_every_path_list(tmp_path: Path) -> None:
-    stages = read_dag(write_repo(tmp_path))
+def test_dvc_fills_in_cmd_and_every_path_list(tmp_path: Path) -> None:
+    stages = read_stages(write_repo(tmp_path))
     assert stages["download"].cmd == "python -m stages.download --lang de"
     assert stages["train"].cmd == "python -m stages.train 0.001 true"  # whitespace collapsed
     assert stages["train"].deps == ("data/raw/train.gz",)
     assert stages["train"].outs == ("models/m.pt",) and stages["train"].plots == ("reports/log.csv",)
-    assert stages["score"].metrics == ("reports/scores/val.json",)
+    assert stages["score"].metrics == ("reports/scores/val.json",) and stages["score"].outs == ()
     assert stages["score"].params == ("score", "other.yaml:x", "other.yaml:y")
     assert stages["train"].writes == ("models/m.pt", "reports/log.csv")
 
 
-def test_overrides_reach_the_interpolated_paths(tmp_path: Path) -> None:
-    write_repo(tmp_path)
-    params = read_params(tmp_path, {"model": {"file": "elsewhere/m.pt"}})
-    stages = read_dag(tmp_path, params)
-    assert stages["train"].outs == ("elsewhere/m.pt",) and stages["score"].deps[0] == "elsewhere/m.pt"
-
-
 def test_stages_come_in_dag_order_file_order_among_the_free(tmp_path: Path) -> None:
-    extra = {"report": {"cmd": "python -m stages.report"}}  # free from the start, last in the file
-    stages = read_dag(write_repo(tmp_path, {**STAGES, **extra}))
+    stages = read_stages(write_repo(tmp_path))
     assert list(stages) == ["download", "train", "score", "report"]
-    assert dag_order([Stage("a", "x"), Stage("b", "y")]) == [Stage("a", "x"), Stage("b", "y")]
+    assert producers(stages["train"], list(stages.values())) == {"download"}  # a file inside its out
+    assert producers(stages["score"], list(stages.values())) == {"train"}
 
 
-def test_a_cycle_is_an_error(tmp_path: Path) -> None:
-    cyclic = {
-        "a": {"cmd": "x", "deps": ["b.txt"], "outs": ["a.txt"]},
-        "b": {"cmd": "y", "deps": ["a.txt"], "outs": ["b.txt"]},
-    }
-    with pytest.raises(ConfigError, match=r"cycle: \['a', 'b'\]"):
-        read_dag(write_repo(tmp_path, cyclic))
+def test_the_repository_dag() -> None:
+    stages = read_stages(ROOT)
+    assert list(stages)[:3] == ["download", "incoming", "tokenizer"] and list(stages)[-1] == "plots_template"
+    assert {"distill", "tokenizer"} <= producers(stages["prepare"], list(stages.values()))
+    assert stages["train"].outs[0] == yaml.safe_load((ROOT / "params.yaml").read_text())["train"]["out_dir"]
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("stages", "message"),
     [
-        ("${model.size}", r"\$\{model.size\}: no 'size' in model \(it has \['file', 'optim', 'tied'\]\)"),
-        ("${nope.x}", r"\$\{nope.x\}: no 'nope' in the params"),
-        ("${model.file.x}", r"\$\{model.file.x\}: no 'x' in model.file"),
-        ("${model.optim}", r"\$\{model.optim\}: a dict, not a string or number"),
+        (  # a cycle
+            {
+                "a": {"cmd": "x", "deps": ["b.txt"], "outs": ["a.txt"]},
+                "b": {"cmd": "y", "deps": ["a.txt"], "outs": ["b.txt"]},
+            },
+            r"dvc.yaml: .*both a dependency and an output",
+        ),
+        (
+            {"s": {"cmd": "python -m stages.s", "outs": ["${score.scores_dir}/val.json"]}},
+            r"dvc.yaml: failed to parse 'stages.s.outs' .* Could not find 'score.scores_dir'",
+        ),
+        ({"a": {"deps": ["x"]}}, r"dvc.yaml: .*validation failed"),
+        ({"a": {"cmd": "x", "outs": [["x"]]}}, r"dvc.yaml: .*validation failed"),
+        ({}, r"dvc.yaml: no stages"),
     ],
 )
-def test_an_unknown_key_or_a_section_is_an_error(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        interpolate(f"python -m x {text}", PARAMS)
+def test_what_dvc_refuses_is_a_one_line_error(tmp_path: Path, stages: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        read_stages(write_repo(tmp_path, stages))
+    assert "\n" not in str(err.value)
 
 
-def test_an_unknown_key_in_a_path_names_it(tmp_path: Path) -> None:
-    broken = {"s": {"cmd": "python -m stages.s", "outs": ["${score.scores_dir}/val.json"]}}
-    with pytest.raises(ConfigError, match=r"\$\{score.scores_dir\}: no 'scores_dir' in score"):
-        read_dag(write_repo(tmp_path, broken))
-
-
-def test_a_malformed_dvc_yaml_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="dvc.yaml"):
-        read_dag(tmp_path)  # none
-    with pytest.raises(ConfigError, match="no `stages` mapping"):
-        read_dag(write_repo(tmp_path, {}))
-    with pytest.raises(ConfigError, match="stage 'a' needs a `cmd` string"):
-        read_dag(write_repo(tmp_path, {"a": {"deps": ["x"]}}))
-    with pytest.raises(ConfigError, match="an entry of outs must be a path"):
-        read_dag(write_repo(tmp_path, {"a": {"cmd": "x", "outs": [["x"]]}}))
+def test_no_dvc_yaml_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"dvc.yaml: no stages"):
+        read_stages(tmp_path)

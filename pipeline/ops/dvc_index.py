@@ -1,0 +1,95 @@
+"""`dvc.yaml`'s stages as DVC itself reads them (its Python API): `${...}` filled in from the
+params, in an order where each stage comes after the stages that write its deps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError
+
+PARAMS_FILE = "params.yaml"  # DVC's default params file: its keys are listed without a file name
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of `dvc.yaml`: its command (whitespace collapsed) and its repo-relative paths."""
+
+    name: str
+    cmd: str
+    deps: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    plots: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()  # params keys; those of another file as `file:key`
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """Every path the stage writes: its outs, metrics and plots."""
+        return self.outs + self.metrics + self.plots
+
+
+def read_stages(repo: str | Path) -> dict[str, Stage]:
+    """The stages of `repo/dvc.yaml` by name, each after the stages it depends on (DVC's graph),
+    in file order among the stages free to come next.
+
+    Raises:
+        ConfigError: there is no stage, or DVC cannot read dvc.yaml or the params it names (its
+            message, one line).
+    """
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(repo), uninitialized=True) as dvc:
+            index = dvc.index
+            stages = {stage.name: _stage(stage) for stage in _dag_order(index.stages, index.graph)}
+    except DvcException as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"{Path(repo) / 'dvc.yaml'}: {message}") from None
+    if not stages:
+        raise ConfigError(f"{Path(repo) / 'dvc.yaml'}: no stages (missing, or no `stages` mapping)")
+    return stages
+
+
+def _dag_order(stages: list, graph) -> list:
+    """`stages` (file order) each after the stages it depends on: DVC's graph has an edge from a
+    stage to each stage it depends on, and refuses a cycle before this runs."""
+    needs = {stage: set(graph.successors(stage)) for stage in stages}
+    done: list = []
+    while len(done) < len(stages):
+        done.append(next(s for s in stages if s not in done and needs[s] <= set(done)))
+    return done
+
+
+def _stage(stage) -> Stage:
+    from dvc.dependency.param import ParamsDependency
+
+    params = [d for d in stage.deps if isinstance(d, ParamsDependency)]
+    outs = stage.outs
+    return Stage(
+        name=stage.name,
+        cmd=" ".join(str(stage.cmd).split()),
+        deps=tuple(d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)),
+        outs=tuple(o.def_path for o in outs if not (o.metric or o.plot)),
+        metrics=tuple(o.def_path for o in outs if o.metric),
+        plots=tuple(o.def_path for o in outs if o.plot and not o.metric),
+        params=tuple(
+            key if d.def_path == PARAMS_FILE else f"{d.def_path}:{key}" for d in params for key in d.params
+        ),
+    )
+
+
+def producers(stage: Stage, stages: list[Stage]) -> set[str]:
+    """The names of the other stages that write one of `stage`'s deps (or a folder holding it, or a
+    file inside it)."""
+    return {
+        o.name
+        for o in stages
+        if o is not stage and any(_overlaps(d, w) for d in stage.deps for w in o.writes)
+    }
+
+
+def _overlaps(a: str, b: str) -> bool:
+    x, y = Path(a), Path(b)
+    return x == y or x in y.parents or y in x.parents
