@@ -61,9 +61,13 @@ def test_table_shows_what_changed_against_the_baseline_and_p():
     }
     rows = table_rows(ex.markdown([base, cand]))
     assert rows[2][:5] == ("base", "(baseline)", "3200", "16", "104.50")
+    again = ex.markdown([base, base | {"name": "again", "baseline": "base"}])
+    assert table_rows(again)[3][:2] == ("again", "(the recipe of base)")
     assert rows[3][:2] == ("drop-0.3", "model.dropout=0.3") and ("40.00", "40.30", "0.01") == rows[3][8:11]
     older = base | {"params": {k: v for k, v in base["params"].items() if k != "train.model.dropout"}}
     assert ex.changed(cand, older) == "model.dropout=0.3"  # a knob the baseline predates: its default 0.1
+    sampled = cand | {"params": cand["params"] | {"distill.teacher": [], "prepare.sampling_alpha": 0.3}}
+    assert ex.changed(sampled, older) == "prepare.sampling_alpha=0.3, model.dropout=0.3"  # [] is the default
 
 
 def test_curve_reads_validation_rows_and_the_table_counts_tokens():

@@ -33,7 +33,15 @@ CURVE_FIGURE = HYPS_DIR / "greedy_val_by_tokens.png"
 LEVELS = (40.0, 41.0)  # val BLEU levels the curve table says when each candidate passed
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
-RECIPE_PREFIXES = ("train.model.", "train.optim.", "train.max_len", "decode.", "tokenizer.", "distill.")
+RECIPE_PREFIXES = (
+    "train.model.",
+    "train.optim.",
+    "train.max_len",
+    "decode.",
+    "tokenizer.",
+    "distill.",
+    "prepare.",
+)
 BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "train.optim.max_minutes",
     "train.optim.device",
@@ -45,6 +53,7 @@ BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "distill.teacher_dir",
     "distill.out_jsonl",
     "distill.facts_json",
+    "prepare.out_dir",
 }
 
 
@@ -191,7 +200,9 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
     return {"baseline": baseline, "p_vs_baseline": round(cmp.p_value, 4)}
 
 
-DEFAULT_RECIPE = recipe(flatten(Params().model_dump()))  # knobs a record line predates count at these
+DEFAULT_RECIPE = recipe(
+    flatten(Params().model_dump(mode="json"))
+)  # knobs a record line predates count at these
 
 
 def changed(row: dict, baseline: dict | None) -> str:
@@ -226,7 +237,7 @@ def cells(row: dict, by_name: dict[str, dict]) -> list[str]:
     tokens = row.get("target_tokens")
     values = [
         row["name"],
-        changed(row, base) or "(baseline)",
+        changed(row, base) or ("(baseline)" if base is None else f"(the recipe of {base['name']})"),
         row.get("steps"),
         row.get("epochs"),
         row.get("minutes"),
