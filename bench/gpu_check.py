@@ -284,9 +284,10 @@ def throughput(work: Path, params: dict) -> dict:
 
 
 def bleu(work: Path, stages: dict[str, Stage]) -> dict:
-    """BLEU (beam search, sacreBLEU) of each evaluation split, from the score stage's metrics."""
-    metrics = json.loads((work / stages["score"].metrics[0]).read_text())
-    return {split: m["bleu"] for split, m in metrics.items()}
+    """BLEU (beam search, sacreBLEU) of each evaluation split, from the score stage's metrics files
+    (`<split>.json` each)."""
+    files = [work / path for path in stages["score"].metrics]
+    return {path.stem: json.loads(path.read_text())["bleu"] for path in files if path.is_file()}
 
 
 def safely(fn, *args) -> dict:
