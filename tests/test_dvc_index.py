@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pipeline.core.errors import ConfigError
-from pipeline.ops.dvc_index import producers, read_stages
+from pipeline.ops.dvc_index import Stage, read_stages
 from pipeline.ops.overrides import merge_params, read_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,19 @@ STAGES = {  # file order is not DAG order: `score` comes first
     },
     "report": {"cmd": "python -m stages.report"},  # free from the start, last in the file
 }
+
+
+def producers(stage: Stage, stages: list[Stage]) -> set[str]:
+    """The names of the other stages that write one of `stage`'s deps (or a folder holding it, or a
+    file inside it): the paths' own account of the order, to check DVC's against."""
+    return {
+        o.name for o in stages if o is not stage and any(overlaps(d, w) for d in stage.deps for w in o.writes)
+    }
+
+
+def overlaps(a: str, b: str) -> bool:
+    x, y = Path(a), Path(b)
+    return x == y or x in y.parents or y in x.parents
 
 
 def write_repo(root: Path, stages: dict = STAGES, params: dict | None = PARAMS) -> Path:
@@ -126,3 +139,15 @@ def test_what_dvc_refuses_is_a_one_line_error(tmp_path: Path, stages: dict, mess
 def test_no_dvc_yaml_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"dvc.yaml: no stages"):
         read_stages(tmp_path)
+
+
+def test_flow_stage_order_is_a_topological_order_of_the_dag():
+    from pipeline.ops.flow.dvc_calls import stage_names
+
+    stages = read_stages(ROOT)
+    order = stage_names(ROOT)
+    assert sorted(order) == sorted(stages)
+    for position, name in enumerate(order):
+        for producer in producers(stages[name], list(stages.values())):
+            assert order.index(producer) < position, f"{name} needs {producer}'s output"
+    assert {"distill", "tokenizer"} <= producers(stages["prepare"], list(stages.values()))

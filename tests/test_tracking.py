@@ -563,19 +563,6 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
 # ---------------------------------------------------------------- the flow's stage order
 
 
-def test_flow_stage_order_is_a_topological_order_of_the_dag():
-    from pipeline.ops.dvc_index import producers, read_stages
-    from pipeline.ops.flow.dvc_calls import stage_names
-
-    stages = read_stages(REPO)
-    order = stage_names(REPO)
-    assert sorted(order) == sorted(stages)
-    for position, name in enumerate(order):
-        for producer in producers(stages[name], list(stages.values())):
-            assert order.index(producer) < position, f"{name} needs {producer}'s output"
-    assert {"distill", "tokenizer"} <= producers(stages["prepare"], list(stages.values()))
-
-
 # ---------------------------------------------------------------- console progress
 
 

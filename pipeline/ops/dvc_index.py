@@ -78,18 +78,3 @@ def _stage(stage) -> Stage:
             key if d.def_path == PARAMS_FILE else f"{d.def_path}:{key}" for d in params for key in d.params
         ),
     )
-
-
-def producers(stage: Stage, stages: list[Stage]) -> set[str]:
-    """The names of the other stages that write one of `stage`'s deps (or a folder holding it, or a
-    file inside it)."""
-    return {
-        o.name
-        for o in stages
-        if o is not stage and any(_overlaps(d, w) for d in stage.deps for w in o.writes)
-    }
-
-
-def _overlaps(a: str, b: str) -> bool:
-    x, y = Path(a), Path(b)
-    return x == y or x in y.parents or y in x.parents
