@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from from_params import from_params, write_changed_params
 from tiny_translator import model_flags
 from toy_train import pairs, toy_run
 
-from pipeline.core.config import ModelConfig, Params, TokenizerConfig
+from pipeline.core.config import SHIPPED_PARAMS, ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import Stopped, run_main
 from pipeline.data.multi30k import build_corpus
 from pipeline.data.tokenizer import Tokenizer, model_sha256, train_tokenizer
@@ -41,17 +42,17 @@ SPM_LINES = [f"{e} {d}" for e in GOOD_EN for d in GOOD_DE] * 20 + ["the cat sat 
 @pytest.fixture(scope="session")
 def random_translator_files(tmp_path_factory) -> dict[str, Path]:
     """{"spm": a tiny SentencePiece model, "ckpt": a tiny untrained (random) Transformer's
-    checkpoint, "defaults": an empty params file (the built-in defaults)}. Read-only."""
+    checkpoint, "defaults": a copy of the repository's params.yaml}. Read-only."""
     root = tmp_path_factory.mktemp("random_translator")
-    spm = train_tokenizer(SPM_LINES, root / "spm", TokenizerConfig(vocab_size=60))
+    spm = train_tokenizer(SPM_LINES, root / "spm", from_params(TokenizerConfig, vocab_size=60))
     tok = Tokenizer.load(spm)
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    cfg = from_params(ModelConfig, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     model = Transformer(cfg, tok.vocab_size, tok.pad_id)
     state = {"model": model.state_dict(), "model_cfg": cfg.model_dump(), "vocab_size": tok.vocab_size}
     state |= {"pad_id": tok.pad_id, "bos_id": tok.bos_id, "eos_id": tok.eos_id}
     checkpoint.save(root / "model.pt", state)
-    (root / "defaults.yaml").write_text("{}\n")
+    (root / "defaults.yaml").write_text(SHIPPED_PARAMS.read_text(encoding="utf-8"), encoding="utf-8")
     return {"spm": spm, "ckpt": root / "model.pt", "defaults": root / "defaults.yaml"}
 
 
@@ -86,7 +87,7 @@ def test_bad_params(text, culprit, tmp_path, monkeypatch, capsys):
     from stages.warmup_data import main as warmup_data_main
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text(text)
+    write_changed_params(tmp_path / "params.yaml", text)
     code, _, err = run_entry(warmup_data_main, capsys)
     assert code != 0
     assert err.count("\n") == 1 and err.startswith("error: params.yaml: ") and culprit in err
@@ -196,7 +197,9 @@ def test_checkpoint_of_another_tokenizer_of_the_same_size(random_translator_file
     """A checkpoint records its tokenizer's SHA-256: another spm.model with the same size and
     special ids is refused; a checkpoint without the record (an older one) loads unchecked."""
     size = Tokenizer.load(random_translator_files["spm"]).vocab_size
-    other = train_tokenizer(SPM_LINES, tmp_path / "bpe", TokenizerConfig(vocab_size=size, model_type="bpe"))
+    other = train_tokenizer(
+        SPM_LINES, tmp_path / "bpe", from_params(TokenizerConfig, vocab_size=size, model_type="bpe")
+    )
     assert Tokenizer.load(other).vocab_size == size  # only the fingerprint tells them apart
     state, digest = (
         checkpoint.load(random_translator_files["ckpt"]),
@@ -227,7 +230,7 @@ def test_no_trained_model_says_how_to_get_one(random_translator_files, tmp_path,
     params.write_text(random_translator_files["defaults"].read_text())
     argv = ["--spm", str(random_translator_files["spm"]), "--params", str(params), "A dog."]
     code, out, err = run_entry(lambda: translate_main(argv), capsys)
-    model = tmp_path / Params().train.model_file
+    model = tmp_path / from_params(Params).train.model_file
     assert code != 0 and out == ""
     assert (
         err
@@ -274,7 +277,7 @@ def test_beam_wider_than_the_vocabulary(random_translator_files, tmp_path, capsy
     wide = f"beam size {size - 1} exceeds the vocabulary size {size} less pad and bos"
     assert err == f"error: --beam-size: {wide}\n"
     params = tmp_path / "wide_beam.yaml"
-    params.write_text(f"decode:\n  beam_size: {size - 1}\n")
+    write_changed_params(params, {"decode": {"beam_size": size - 1}})
     argv = [
         *model_flags(random_translator_files),
         "--params",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from datasets import Dataset, DatasetDict
+from from_params import from_params, write_changed_params
 
 from pipeline.core.config import ModelConfig, TokenizerConfig
 from pipeline.data.multi30k import save_dataset_dict
@@ -60,14 +60,16 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = pairs()
     split = Dataset.from_dict({"en": [e for e, _ in data], "de": [d for _, d in data]})
     save_dataset_dict(DatasetDict(train=split, test_2016_flickr=split.select(range(6))), root / "corpus")
-    train_tokenizer([s for p in data for s in p], root / "spm", TokenizerConfig(vocab_size=300, out_dir="x"))
+    train_tokenizer(
+        [s for p in data for s in p], root / "spm", from_params(TokenizerConfig, vocab_size=300, out_dir="x")
+    )
     params = {
         "download": {"out_dir": str(root / "corpus")},
         "tokenizer": {"out_dir": str(root / "spm")},
         "train": {"optim": {"max_tokens": 300}},
         "decode": {"batch_size": 4},
     }
-    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((root / "params.yaml"), params)
     return root
 
 
@@ -202,7 +204,7 @@ def test_shared_cpu_measures_four_conditions(workspace: Path) -> None:
 
 def test_a_benchmark_reports_a_missing_input_in_one_line(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"tokenizer": {"out_dir": str(tmp_path / "no_spm")}}))
+    write_changed_params(params, {"tokenizer": {"out_dir": str(tmp_path / "no_spm")}})
     out = bench("bench.batch_tokens", "--params", str(params), ok=False)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
@@ -238,7 +240,7 @@ def test_every_run_merges_into_one_report(workspace: Path, reports: dict) -> Non
 
 
 def test_flop_count_weights_are_the_models_linear_weights() -> None:
-    cfg = ModelConfig(d_model=24, n_heads=2, n_layers=3, d_ff=40)
+    cfg = from_params(ModelConfig, d_model=24, n_heads=2, n_layers=3, d_ff=40)
     model = Transformer(cfg, vocab_size=50, pad_id=0)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert sum(matmul_weights(cfg)) == linear
@@ -298,9 +300,9 @@ def test_data_parallel_deals_the_same_tokens_per_step() -> None:
     from pipeline.core.config import OptimConfig
 
     rows = [([1] * (3 + i % 7), [2] * (4 + i % 5)) for i in range(2000)]
-    even = OptimConfig(max_tokens=60, accum_steps=2)
+    even = from_params(OptimConfig, max_tokens=60, accum_steps=2)
     assert rank_updates(rows, even, 5, ranks=2) == updates(rows, even, 5)  # the micro-batches dealt out
-    odd = OptimConfig(max_tokens=400, accum_steps=1)
+    odd = from_params(OptimConfig, max_tokens=400, accum_steps=1)
     halves = rank_updates(rows, odd, 5, ranks=2)
     assert all(len(u) == 2 for u in halves)
     one, two = sum(map(tokens, updates(rows, odd, 5))), sum(map(tokens, halves))

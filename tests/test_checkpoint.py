@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from from_params import from_params
 
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint
 
-TINY = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)
+TINY = from_params(ModelConfig, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)
 
 
 def tiny_weights(seed: int, tie: bool = True) -> dict:

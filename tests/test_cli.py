@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from from_params import from_params, write_changed_params
 from tiny_translator import ROBUSTNESS_TABLE, model_flags
 
 from pipeline.core.config import DecodeConfig, Params
@@ -25,7 +26,7 @@ from pipeline.serving.torch_engine import TorchEngine
 from pipeline.serving.translator import load_translator, translate_lines, translate_lines_n_best
 from pipeline.training import checkpoint
 
-CFG = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)
+CFG = from_params(DecodeConfig, beam_size=2, max_len_a=1.2, max_len_b=4, batch_size=16)
 
 
 def decode_flags(cfg: DecodeConfig) -> list[str]:
@@ -157,7 +158,7 @@ def test_the_target_language_comes_from_the_params_file(tiny_translator_files, t
 
     monkeypatch.setattr(cli_module, "translate_lines", recording)
     params = tmp_path / "params.yaml"
-    params.write_text("download:\n  tgt_lang: fr\n")
+    write_changed_params(params, {"download": {"tgt_lang": "fr"}})
     cli(tiny_translator_files, "--params", str(params), "He came 1st.")
     cli(tiny_translator_files, "He came 1st.")  # the repository's params.yaml: German
     assert seen == ["fr", "de"]
@@ -165,7 +166,7 @@ def test_the_target_language_comes_from_the_params_file(tiny_translator_files, t
 
 def test_defaults_resolve_from_the_repository(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    args, params = parser().parse_args([]), Params()
+    args, params = parser().parse_args([]), from_params(Params)
     assert checkpoint_path(args, params) == repo_root() / params.train.out_dir / "model.pt"
     assert spm_path(args, params) == repo_root() / params.tokenizer.out_dir / "spm.model"
     assert DEFAULT_PARAMS == repo_root() / "params.yaml"
@@ -205,7 +206,7 @@ def test_ctranslate2_engine_gives_our_greedy_output(tiny_translator_files, loade
 def translate_process(files: Mapping[str, Path], tmp_path: Path, stdin) -> subprocess.Popen:
     """`python -m pipeline translate` on the tiny model (greedy), stdout and stderr piped."""
     params = tmp_path / "defaults.yaml"
-    params.write_text("{}\n")
+    write_changed_params(params)
     cmd = [
         sys.executable,
         "-m",

@@ -1,5 +1,5 @@
-"""`params.yaml` validation: the repo's file loads; each bad file fails with one line naming
-the file and the field."""
+"""`params.yaml` validation: the repo's file loads and is the only place a default is written; each
+bad file (the repo's with one change) fails with one line naming the file and the field."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from pipeline.core.config import MAX_BEAM_SIZE, Params, load_params
+from pipeline.core.config import MAX_BEAM_SIZE, Params, Section, default_params, load_params
 from pipeline.core.errors import ConfigError
+from pipeline.ops.overrides import merge_params, read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,26 +24,49 @@ def test_repo_params_validate():
     assert params.warmup_train.model.d_model == raw["warmup_train"]["model"]["d_model"]
 
 
-def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for key, value in tree.items():
-        out |= leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+def sections(model: type[BaseModel] = Params) -> list[type[BaseModel]]:
+    """`model` and every section nested in it."""
+    out = [model]
+    for field in model.model_fields.values():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            out += sections(field.annotation)
     return out
 
 
-@pytest.mark.parametrize("section", list(Params.model_fields))
-def test_defaults_agree_with_params_yaml(section):
-    """One source of truth: a default in pipeline/core/config.py never contradicts params.yaml."""
-    in_file = leaves(yaml.safe_load((REPO / "params.yaml").read_text())[section])
-    defaults = leaves(Params().model_dump(mode="json")[section])  # tuples as YAML lists
-    assert in_file and in_file.keys() <= defaults.keys()
-    assert {k: defaults[k] for k in sorted(in_file)} == in_file
+def test_no_field_has_a_default_in_the_code():
+    """One source of truth: every value is written in params.yaml, none in pipeline/core/config.py."""
+    with_defaults = [
+        f"{m.__name__}.{n}" for m in sections() for n, f in m.model_fields.items() if not f.is_required()
+    ]
+    assert with_defaults == []
+    assert len(sections()) == 20  # the walk found the nested sections
 
 
-def test_empty_file_gives_defaults(tmp_path):
+def test_the_shipped_defaults_are_the_repository_file():
+    assert default_params() == load_params(REPO / "params.yaml")
+
+
+def test_a_missing_key_is_named(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text("", encoding="utf-8")
-    assert load_params(path) == Params()
+    with pytest.raises(ConfigError, match=rf"^{path}: download: Field required$"):
+        load_params(path)
+    raw = read_yaml(REPO / "params.yaml")
+    del raw["train"]["optim"]["warmup_steps"]
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{path}: train.optim.warmup_steps: Field required$"):
+        load_params(path)
+
+
+def write_changed(path: Path, text: str) -> None:
+    """The repository's params.yaml with the mapping `text` merged over it (any other text as it is)."""
+    try:
+        change = yaml.safe_load(text)
+    except yaml.YAMLError:
+        change = None
+    if isinstance(change, dict):
+        text = yaml.safe_dump(merge_params(read_yaml(REPO / "params.yaml"), change))
+    path.write_text(text, encoding="utf-8")
 
 
 # (case id, file text, substrings the one-line message must contain besides the path)
@@ -93,7 +117,7 @@ BAD = [
 @pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in BAD], ids=[i for i, _, _ in BAD])
 def test_bad_params_raise_one_line_config_error(tmp_path, text, expected):
     path = tmp_path / "params.yaml"
-    path.write_text(text, encoding="utf-8")
+    write_changed(path, text)
     with pytest.raises(ConfigError) as info:
         load_params(path)
     message = str(info.value)
@@ -138,16 +162,14 @@ def nested(dotted: str, value: object) -> dict:
 @pytest.mark.parametrize("field", numeric_fields())
 def test_no_numeric_field_takes_a_boolean(tmp_path, field):
     path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(nested(field, True)), encoding="utf-8")
+    write_changed(path, yaml.safe_dump(nested(field, True)))
     with pytest.raises(ConfigError, match=rf"^{path}: {field}: Input should be a valid \w+, not a boolean$"):
         load_params(path)
 
 
 def test_booleans_stay_booleans_and_a_float_field_takes_an_integer(tmp_path):
     path = tmp_path / "params.yaml"
-    path.write_text(
-        "train: {model: {pre_norm: true}, optim: {peak_lr: 1, max_minutes: 2}}\n", encoding="utf-8"
-    )
+    write_changed(path, "train: {model: {pre_norm: true}, optim: {peak_lr: 1, max_minutes: 2}}\n")
     params = load_params(path)
     assert params.train.model.pre_norm is True
     assert params.train.optim.peak_lr == 1.0 and params.train.optim.max_minutes == 2.0

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from from_params import from_params
 from toy_train import TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
 from pipeline.core.config import OptimConfig, TokenizerConfig
@@ -94,7 +95,9 @@ def test_open_with_a_vocabulary_size_names_the_file_of_an_id_outside_it(tmp_path
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     lines = [s for pair in MERGED for s in pair] * 20
     out = tmp_path_factory.mktemp("spm")
-    return Tokenizer.load(train_tokenizer(lines, out, TokenizerConfig(vocab_size=120, out_dir="x")))
+    return Tokenizer.load(
+        train_tokenizer(lines, out, from_params(TokenizerConfig, vocab_size=120, out_dir="x"))
+    )
 
 
 def test_prepare_stores_what_encoding_in_memory_gives(tmp_path: Path, tok: Tokenizer, monkeypatch) -> None:
@@ -149,7 +152,7 @@ def test_training_on_the_mapped_corpus_equals_training_on_lists(tmp_path: Path) 
         torch.manual_seed(0)
         model = Transformer(TOY_MODEL, 20, 0)
         run = RunContext(tmp_path / name, tmp_path / name / "log.csv", data_id="toy")
-        progress = train(model, source, ToyValidation(data[:16]), OptimConfig(**TOY_OPTIM), run)
+        progress = train(model, source, ToyValidation(data[:16]), from_params(OptimConfig, **TOY_OPTIM), run)
         results.append((progress.log, [p.detach().clone() for p in model.parameters()]))
     (log_a, weights_a), (log_b, weights_b) = results
     assert [r["train_loss"] for r in log_a] == [r["train_loss"] for r in log_b] and len(log_a) == 4

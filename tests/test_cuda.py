@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, use_bf16
@@ -38,7 +39,7 @@ CUDA = torch.cuda.is_available()
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")]
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 24  # ids 4..23 are the toy "words"
-TINY = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128, dropout=0.0)
+TINY = from_params(ModelConfig, d_model=64, n_heads=4, n_layers=2, d_ff=128, dropout=0.0)
 MASK_KINDS = ("none", "padding", "causal", "fully_masked_row")
 
 
@@ -67,7 +68,7 @@ def train_steps(model: Transformer, steps: int, bf16: bool, seed: int = 0) -> li
     50 steps and falling linearly to 0 at the end; returns the loss per target token of each step.
     (600 steps reverse every test sentence of `sources`, measured on a CPU.)"""
     device = next(model.parameters()).device
-    optimizer = make_optimizer(model, OptimConfig(peak_lr=3e-3))
+    optimizer = make_optimizer(model, from_params(OptimConfig, peak_lr=3e-3))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / 50, (steps - s) / (steps - 50))
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 
 from pipeline.core.config import DistillConfig
 from pipeline.core.errors import ConfigError
@@ -24,9 +25,9 @@ def test_the_teachers_translations_follow_the_original_pairs() -> None:
 
 def test_teachers_are_files_in_the_teacher_folder(tmp_path: Path) -> None:
     (tmp_path / "a.pt").write_bytes(b"x")
-    cfg = DistillConfig(teacher=("a.pt",), teacher_dir=str(tmp_path))
+    cfg = from_params(DistillConfig, teacher=("a.pt",), teacher_dir=str(tmp_path))
     assert teacher_files(cfg) == [tmp_path / "a.pt"]
-    assert teacher_files(DistillConfig()) == []
+    assert teacher_files(from_params(DistillConfig)) == []
     with pytest.raises(ConfigError, match="no such checkpoint"):
         teacher_files(cfg.model_copy(update={"teacher": ("a.pt", "b.pt")}))
     with pytest.raises(ConfigError, match="not a path"):

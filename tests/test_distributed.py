@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 
 from pipeline.core.config import DistConfig
 from pipeline.training.distributed import torchrun_command
@@ -99,7 +100,7 @@ def test_a_rank_that_cannot_read_last_pt_fails_clearly(four_steps, tmp_path):
 
 
 def test_torchrun_command_single_and_multi_node(monkeypatch):
-    one = torchrun_command(DistConfig(nproc_per_node=4), "stages.train", ["a"])
+    one = torchrun_command(from_params(DistConfig, nproc_per_node=4), "stages.train", ["a"])
     assert one[1:] == [
         "-m",
         "torch.distributed.run",
@@ -111,7 +112,9 @@ def test_torchrun_command_single_and_multi_node(monkeypatch):
     ]
     monkeypatch.setenv("NODE_RANK", "1")
     multi = torchrun_command(
-        DistConfig(nproc_per_node=8, nnodes=2, master_addr="node0", master_port=29501), "stages.train", []
+        from_params(DistConfig, nproc_per_node=8, nnodes=2, master_addr="node0", master_port=29501),
+        "stages.train",
+        [],
     )
     for flag in ("--nnodes=2", "--node-rank=1", "--master-addr=node0", "--master-port=29501"):
         assert flag in multi

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 from tiny_translator import model_flags
 
 from pipeline.core.config import DecodeConfig, ModelConfig
@@ -19,7 +20,7 @@ from pipeline.ops.cli import main as translate_main
 from pipeline.serving.translator import load_translator, translate_lines
 from pipeline.training import checkpoint
 
-CFG = ModelConfig(d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0)
+CFG = from_params(ModelConfig, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0)
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 40
 
 
@@ -49,7 +50,7 @@ def test_a_step_is_the_mean_of_the_members_log_probs() -> None:
 def test_an_ensemble_follows_beam_reordering_and_finished_sentences() -> None:
     """Two copies of one model search exactly as that model does (their mean is its log-probs)."""
     m, src = model(2), source()
-    cfg = DecodeConfig(beam_size=3, length_penalty=1.0, max_len_a=1.0, max_len_b=3)
+    cfg = from_params(DecodeConfig, beam_size=3, length_penalty=1.0, max_len_a=1.0, max_len_b=3)
     assert decode_batch(Ensemble([m, m]), src, BOS, EOS, cfg) == decode_batch(m, src, BOS, EOS, cfg)
 
 
@@ -72,7 +73,7 @@ def test_one_checkpoint_is_todays_engine_and_an_ensemble_of_it_translates_alike(
     both = load_translator(ckpt, spm, ensemble=[other])
     assert isinstance(both.model, Ensemble) and len(both.model.members) == 2
     lines = ["A man walks in the park.", "Two children play near 5 trees."]
-    cfg = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4)
+    cfg = from_params(DecodeConfig, beam_size=2, max_len_a=1.2, max_len_b=4)
     assert translate_lines(both, lines, cfg) == translate_lines(single, lines, cfg)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 
 from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
 from pipeline.core.errors import ConfigError
@@ -37,7 +38,7 @@ SENTENCES = [
 def spm_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lines = TIME_MACHINE.read_text(encoding="utf-8").replace("\t", "\n").splitlines()
     out = tmp_path_factory.mktemp("spm")
-    return train_tokenizer(lines + SENTENCES, out, TokenizerConfig(vocab_size=200, out_dir="x"))
+    return train_tokenizer(lines + SENTENCES, out, from_params(TokenizerConfig, vocab_size=200, out_dir="x"))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def tok(spm_path: Path) -> Tokenizer:
 
 def tiny_model(vocab: int, **kw) -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0, **kw)
+    cfg = from_params(ModelConfig, d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0, **kw)
     model = Transformer(cfg, vocab, pad_id=0).eval()
     with torch.no_grad():
         model.tgt_embed.weight[3] *= 3.0  # eos likely enough that some outputs end early
@@ -82,7 +83,7 @@ def test_exported_model_scores_like_ours(tok: Tokenizer, tmp_path: Path, kw: dic
 
 def test_ct2_greedy_equals_ours(tok: Tokenizer, exported: tuple[Transformer, Path]) -> None:
     model, path = exported
-    cfg = DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=4, batch_size=2)
+    cfg = from_params(DecodeConfig, beam_size=1, max_len_a=1.0, max_len_b=4, batch_size=2)
     got = export.ct2_translate(export.load_ct2(path, "float32"), tok, SENTENCES, cfg)
     want = translate(model, tok, SENTENCES, cfg)
     assert got == want and got[2] == ""
@@ -94,7 +95,7 @@ def test_ct2_greedy_equals_ours(tok: Tokenizer, exported: tuple[Transformer, Pat
 
 def test_ct2_beam_runs_and_int8_loads(tok: Tokenizer, exported: tuple[Transformer, Path]) -> None:
     _, path = exported
-    cfg = DecodeConfig(beam_size=4, length_penalty=0.6, max_len_a=1.0, max_len_b=4, batch_size=8)
+    cfg = from_params(DecodeConfig, beam_size=4, length_penalty=0.6, max_len_a=1.0, max_len_b=4, batch_size=8)
     for compute_type in ("float32", "int8"):
         out = export.ct2_translate(export.load_ct2(path, compute_type), tok, SENTENCES, cfg)
         assert len(out) == len(SENTENCES) and out[2] == "" and all(o for i, o in enumerate(out) if i != 2)
@@ -126,5 +127,5 @@ def test_export_command_writes_a_model(tok: Tokenizer, spm_path: Path, tmp_path:
     export_command.main(
         ["ctranslate2", "--checkpoint", str(checkpoint), "--spm", str(spm_path), "--out", str(out)]
     )
-    cfg = DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=4)
+    cfg = from_params(DecodeConfig, beam_size=1, max_len_a=1.0, max_len_b=4)
     assert export.ct2_translate(out, tok, SENTENCES, cfg) == translate(model, tok, SENTENCES, cfg)

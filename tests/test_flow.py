@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from datasets import Dataset, DatasetDict
+from from_params import write_changed_params
 from markdown_tables import table_rows
 
 from pipeline.data.multi30k import save_dataset_dict
@@ -142,7 +143,7 @@ def tiny_repo(tmp_path_factory) -> Path:
     )
     (repo / "data/incoming").mkdir()
     (repo / "data/incoming/README.md").write_text("drop *.tsv files here\n")
-    (repo / "params.yaml").write_text(yaml.safe_dump({"mlflow": {"enabled": False}}))
+    write_changed_params((repo / "params.yaml"), {"mlflow": {"enabled": False}})
     (repo / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False))
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=repo, check=True)
     return repo
@@ -219,7 +220,7 @@ def test_flow_run_says_what_happened(tiny_repo: Path, harness, monkeypatch) -> N
     monkeypatch.setattr(promotion, "promote", lambda *args: equal)
     params, new = tiny_repo / "params.yaml", tiny_repo / "data/incoming/horse.tsv"
     before = params.read_text()
-    params.write_text(yaml.safe_dump({"mlflow": {"enabled": True}}))
+    write_changed_params(params, {"mlflow": {"enabled": True}})
     new.write_text("A horse.\tEin Pferd.\n")  # new to the training set, whichever test ran before
     try:
         retrained = pipeline_flow(repo=str(tiny_repo), return_state=True)
@@ -276,7 +277,7 @@ def test_run_with_a_broken_incoming_link_is_one_line_before_prefect_starts(
 ) -> None:
     from pipeline.ops.flow import cli, tasks
 
-    (tmp_path / "params.yaml").write_text("incoming:\n  in_dir: data/incoming\n")
+    write_changed_params(tmp_path / "params.yaml", {"incoming": {"in_dir": "data/incoming"}})
     (tmp_path / "data/incoming").mkdir(parents=True)
     (tmp_path / "data/incoming/.#pairs.tsv").symlink_to(tmp_path / "nowhere")
     monkeypatch.setattr(cli, "REPO", tmp_path)

@@ -8,8 +8,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-import yaml
 from datasets import Dataset, DatasetDict
+from from_params import write_changed_params
 
 from pipeline.core.errors import DataError
 from pipeline.data.incoming import (
@@ -170,7 +170,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
         }
     )
     save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"download": {"out_dir": "data/multi30k"}}))
+    write_changed_params((tmp_path / "params.yaml"), {"download": {"out_dir": "data/multi30k"}})
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

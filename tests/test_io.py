@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 
 from pipeline.core import io
 from pipeline.core.errors import PipelineError
@@ -47,7 +48,7 @@ def test_checkpoints_and_tokenizer_files_follow_the_umask(tmp_path, umask):
     umask(0o022)
     checkpoint.save(tmp_path / "model.pt", {"x": 1})
     spm = train_tokenizer(
-        ["a dog runs", "a cat sleeps"] * 20, tmp_path / "spm", TokenizerConfig(vocab_size=30)
+        ["a dog runs", "a cat sleeps"] * 20, tmp_path / "spm", from_params(TokenizerConfig, vocab_size=30)
     )
     assert [mode(p) for p in (tmp_path / "model.pt", spm, spm.with_suffix(".vocab"))] == [0o644] * 3
 

@@ -4,9 +4,9 @@ step-up rule, the record and table it writes, and its errors."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
+from from_params import from_params, write_changed_params
 from markdown_tables import table_rows
 
 from pipeline.core.config import Params
@@ -47,14 +47,14 @@ def test_one_alpha_is_not_a_sweep():
 
 def test_decode_config_is_the_candidates():
     row = {"params": {"decode.beam_size": 3, "train.model.dropout": 0.3}}
-    cfg = lp.decode_config(row, Params())
-    assert (cfg.beam_size, cfg.max_len_a) == (3, Params().decode.max_len_a)
+    cfg = lp.decode_config(row, from_params(Params))
+    assert (cfg.beam_size, cfg.max_len_a) == (3, from_params(Params).decode.max_len_a)
 
 
 def test_sweep_decodes_val_records_and_renders(tiny_translator_files, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     files = tiny_translator_files
-    shutil.copy("/dev/null", tmp_path / "params.yaml")  # every default
+    write_changed_params(tmp_path / "params.yaml")  # every default
     src = ["A man walks in the park.", "Two children play near 5 trees.", "A dog walks in the park."]
     val = {
         "en": src,
@@ -79,9 +79,9 @@ def test_sweep_decodes_val_records_and_renders(tiny_translator_files, tmp_path, 
 def test_an_experiment_dvc_cannot_find_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not a DVC repository
     with pytest.raises(
-        PipelineError, match=f"experiment 'nope': cannot read {Params().train.model_file} from DVC"
+        PipelineError, match=f"experiment 'nope': cannot read {from_params(Params).train.model_file} from DVC"
     ):
-        lp.experiment_model("nope", Params(), tmp_path)
+        lp.experiment_model("nope", from_params(Params), tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ gradients, in fp32 and under bf16 autocast, pads, chunk edges and a vanishing ta
 import pytest
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 
 from pipeline.core.config import ModelConfig
 from pipeline.model.linear_loss import linear_label_smoothed_loss
@@ -107,7 +108,9 @@ def test_without_gradients_it_returns_the_loss_alone():
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_model_loss_equals_the_loss_of_its_logits(tie):
-    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, tie_embeddings=tie)
+    cfg = from_params(
+        ModelConfig, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, tie_embeddings=tie
+    )
     torch.manual_seed(0)
     model = Transformer(cfg, vocab_size=40, pad_id=PAD).double()
     src = torch.randint(1, 40, (3, 5))

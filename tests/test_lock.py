@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from from_params import write_changed_params
 
 from pipeline.core.errors import PipelineError
 from pipeline.training.checkpoint import TRAINER_LOCK, trainer_lock
@@ -74,7 +75,6 @@ def assert_free_soon(folder: Path, seconds: float = 30.0) -> None:
 
 
 def test_the_warmup_stage_takes_the_lock_before_training(tmp_path: Path, monkeypatch) -> None:
-    import yaml
 
     from stages import warmup_data, warmup_train
 
@@ -85,7 +85,7 @@ def test_the_warmup_stage_takes_the_lock_before_training(tmp_path: Path, monkeyp
             "optim": {"max_steps": 2, "val_every": 2, "max_tokens": 400},
         },
     }
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((tmp_path / "params.yaml"), params)
     monkeypatch.chdir(tmp_path)
     warmup_data.main()
     with trainer_lock(tmp_path / "models/warmup"):

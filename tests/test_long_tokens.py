@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 from tiny_translator import model_flags
 
 from pipeline.core.config import DecodeConfig
@@ -23,7 +24,7 @@ from pipeline.serving.translator import MAX_SRC_PIECES, load_translator, transla
 
 WORD = "x" * 200_000  # 200,001 pieces of the tiny tokenizer
 # greedy, at most 2 output pieces per input: short translations of the rest of a line
-SHORT = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=2)
+SHORT = from_params(DecodeConfig, beam_size=1, max_len_a=0.0, max_len_b=2)
 SHORT_FLAGS = ["--beam-size", "1", "--max-len-a", "0", "--max-len-b", "2"]
 
 
@@ -65,11 +66,11 @@ def test_the_words_around_a_long_word_are_translated(engine: TorchEngine, monkey
 
 MEASURE = """
 import resource, sys, torch
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import default_params, with_updates
 from pipeline.serving.translator import load_translator, translate_lines
 torch.set_num_threads(1)
 engine = load_translator(sys.argv[1], sys.argv[2])
-cfg = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=2)
+cfg = with_updates(default_params().decode, dict(beam_size=1, max_len_a=0.0, max_len_b=2))
 translate_lines(engine, ["A man walks in the park."], cfg)  # first-call allocations
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 [out] = translate_lines(engine, ["x" * 200_000], cfg)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+from from_params import write_changed_params
 
 from pipeline.core.errors import DataError
 from pipeline.core.metrics import bleu_lc_tok, paper_tokenize, score, sentence_chrf, split_scores
@@ -102,7 +103,6 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
     and scores the other splits against the Czech references with Moses' Czech rules."""
     import json
 
-    import yaml
     from datasets import Dataset, DatasetDict
 
     from pipeline.data.multi30k import save_dataset_dict
@@ -122,7 +122,7 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
         "score": {"scores_dir": "reports", "facts_json": "facts.json"},
         "train": {"run_id_file": "run_id.txt"},
     }
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((tmp_path / "params.yaml"), params)
     for s in ("val", "test_2016_flickr"):
         translation_path(tmp_path / "tr", s, "cs").parent.mkdir(exist_ok=True)
         translation_path(tmp_path / "tr", s, "cs").write_text("".join(line + "\n" for line in cs))

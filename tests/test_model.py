@@ -10,10 +10,10 @@ import numpy_ref as ref
 import pytest
 import torch
 import torch.nn.functional as F
-from pydantic import ValidationError
+from from_params import from_params
 from torch import nn
 
-from pipeline.core.config import ModelConfig
+from pipeline.core.config import FieldError, ModelConfig
 from pipeline.model.transformer import (
     DecoderLayer,
     Dropout,
@@ -99,7 +99,7 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
 
 def tiny_cfg(**kw) -> ModelConfig:
     base = dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.1, attn_dropout=0.1)
-    return ModelConfig(**(base | kw))
+    return from_params(ModelConfig, **(base | kw))
 
 
 def padded_ids(lengths: list[int], vocab: int, seed: int, extra_pad: int = 0) -> torch.Tensor:
@@ -431,7 +431,11 @@ def test_long_source_has_no_position_table_limit():
 def test_parameter_count_closed_form(pre_norm, tie):
     d, h, n, f, v = 256, 4, 3, 512, 8000  # the tutorial's config
     model = Transformer(
-        ModelConfig(d_model=d, n_heads=h, n_layers=n, d_ff=f, pre_norm=pre_norm, tie_embeddings=tie), v, PAD
+        from_params(
+            ModelConfig, d_model=d, n_heads=h, n_layers=n, d_ff=f, pre_norm=pre_norm, tie_embeddings=tie
+        ),
+        v,
+        PAD,
     )
     mha = 4 * d * d + 4 * d  # W^Q, W^K, W^V, W^O and their biases
     ffn = 2 * d * f + f + d
@@ -444,8 +448,8 @@ def test_parameter_count_closed_form(pre_norm, tie):
 
 
 def test_heads_must_divide_d_model():
-    with pytest.raises(ValidationError, match="divisible"):
-        ModelConfig(d_model=250, n_heads=4)
+    with pytest.raises(FieldError, match="divisible"):
+        from_params(ModelConfig, d_model=250, n_heads=4)
 
 
 # ---------------------------------------------------------------- learning

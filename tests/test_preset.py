@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from from_params import write_changed_params
 
 from pipeline.core.errors import PipelineError
 from pipeline.ops import preset
@@ -19,7 +19,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "train": {"model_file": "models/transformer/model.pt"},
         "distill": {"teacher_dir": "models/teacher"},
     }
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((tmp_path / "params.yaml"), params)
     return tmp_path
 
 

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from from_params import from_params, write_changed_params
 
 from pipeline.core.config import PromotionConfig, load_params
 from pipeline.core.errors import ConfigError, PipelineError
@@ -116,11 +117,11 @@ def test_lengths_must_match() -> None:
 
 def test_config_section_defaults_and_errors(tmp_path: Path) -> None:
     path = tmp_path / "params.yaml"
-    path.write_text("train: {}\n")
-    assert load_params(path).promotion == PromotionConfig(p_threshold=0.05, n_samples=1000)
-    path.write_text("promotion: {p_threshold: 0.01}\n")
+    write_changed_params(path)
+    assert load_params(path).promotion == from_params(PromotionConfig)
+    write_changed_params(path, {"promotion": {"p_threshold": 0.01}})
     assert load_params(path).promotion.p_threshold == 0.01
-    path.write_text("promotion: {p_treshold: 0.01}\n")
+    write_changed_params(path, {"promotion": {"p_treshold": 0.01}})
     with pytest.raises(ConfigError, match=r"params\.yaml: promotion\.p_treshold: Extra inputs"):
         load_params(path)
 

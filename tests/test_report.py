@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from datasets import Dataset, DatasetDict
+from from_params import from_params, write_changed_params
 from matplotlib.image import imread
 
 from pipeline.core.config import MlflowConfig, ModelConfig, Params, TokenizerConfig
@@ -35,7 +35,7 @@ from pipeline.training import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TIME_MACHINE = REPO / "data" / "time_machine.tsv"  # the tutorial's 20 sentences (tracked in git)
-TINY = ModelConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
+TINY = from_params(ModelConfig, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
 EVAL_SPLITS = ("val", "test_2016_flickr", "test_2017_flickr")
 WORDS = "a man woman dog child runs walks in the park with red ball on street".split()
 GERMAN = "ein Mann Frau Hund Kind läuft geht im Park mit rotem Ball auf Straße".split()
@@ -59,7 +59,9 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     ]
     lines += TIME_MACHINE.read_text(encoding="utf-8").replace("\t", "\n").splitlines()
     out = tmp_path_factory.mktemp("spm")
-    return Tokenizer.load(train_tokenizer(lines, out, TokenizerConfig(vocab_size=150, out_dir="unused")))
+    return Tokenizer.load(
+        train_tokenizer(lines, out, from_params(TokenizerConfig, vocab_size=150, out_dir="unused"))
+    )
 
 
 def tiny_model(vocab_size: int, cfg: ModelConfig = TINY, seed: int = 0) -> Transformer:
@@ -131,7 +133,7 @@ def test_small_helpers(tmp_path: Path) -> None:
 
 def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
     """params.yaml, corpus, model, translations, metrics, log and summary of a tiny fake run."""
-    d = Params()  # the stages' paths: params.yaml's defaults, relative to `root`
+    d = from_params(Params)  # the stages' paths: params.yaml's defaults, relative to `root`
     paths = {
         "model": root / d.train.model_file,
         "translations": root / d.decode.translations_dir,
@@ -158,7 +160,7 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
             "time_machine_tsv": str(TIME_MACHINE),
         },
     }
-    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((root / "params.yaml"), params)
     (root / "spm").mkdir()
     (root / "spm" / "spm.model").write_bytes(tok.sp.serialized_model_proto())
     lengths = [4, 8, 12, 14, 18, 23, 30, 6]
@@ -329,7 +331,7 @@ def test_page_names_the_runs_version_its_aliases_and_the_promotion(monkeypatch, 
     }
     for key, value in promotion.items():
         client.set_model_version_tag(name, "2", f"promotion.{key}", value)
-    params = Params(mlflow=MlflowConfig(model_name=name))
+    params = from_params(Params, mlflow=from_params(MlflowConfig, model_name=name))
 
     versions, champion = registry_entries(params, ours)
     inputs = ReportInputs(
@@ -347,7 +349,9 @@ def test_page_names_the_runs_version_its_aliases_and_the_promotion(monkeypatch, 
     assert model_lines(inputs, name) == [
         "`report-test` v1 (aliases `champion`): promoted to champion on 2026-12-01, the first champion"
     ]
-    assert registry_entries(params.model_copy(update={"mlflow": MlflowConfig(enabled=False)}), ours) == (
+    assert registry_entries(
+        params.model_copy(update={"mlflow": from_params(MlflowConfig, enabled=False)}), ours
+    ) == (
         None,
         None,
     )

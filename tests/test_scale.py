@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from datasets import Dataset, DatasetDict
+from from_params import from_params, write_changed_params
 from test_bench import TINY, pairs
 
 from pipeline.core.config import TokenizerConfig
@@ -29,12 +29,14 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         train=split, val=split.select(range(20)), test_2016_flickr=split.select(range(20, 40))
     )
     save_dataset_dict(corpus, root / "corpus")
-    train_tokenizer([s for p in data for s in p], root / "spm", TokenizerConfig(vocab_size=300, out_dir="x"))
+    train_tokenizer(
+        [s for p in data for s in p], root / "spm", from_params(TokenizerConfig, vocab_size=300, out_dir="x")
+    )
     params = {
         "download": {"out_dir": str(root / "corpus"), "tgt_lang": "de"},
         "tokenizer": {"out_dir": str(root / "spm")},
     }
-    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((root / "params.yaml"), params)
     return root
 
 

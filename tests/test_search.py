@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 
 from pipeline.core.config import DecodeConfig, ModelConfig
 from pipeline.data.batching import pad
@@ -166,7 +167,7 @@ def test_pad_and_bos_are_never_generated() -> None:
     assert greedy(likes_specials, ONE_SRC, BOS, EOS, max_len_a=0.0, max_len_b=10) == [[A]]
     for k in (1, 2, 3):
         assert search(likes_specials, ONE_SRC, beam_size=k, alpha=0.6) == [[A]]
-        cfg = DecodeConfig(beam_size=k, length_penalty=0.6, max_len_a=0.0, max_len_b=10)
+        cfg = from_params(DecodeConfig, beam_size=k, length_penalty=0.6, max_len_a=0.0, max_len_b=10)
         for hyp in beam_search_n_best(likes_specials, ONE_SRC, BOS, EOS, cfg, n_best=k)[0]:
             assert PAD not in hyp.tokens and BOS not in hyp.tokens and math.isfinite(hyp.score)
 
@@ -189,7 +190,7 @@ def test_hypothesis_at_max_length_pays_for_its_eos() -> None:
 
 
 def test_n_best_lists_the_finished_hypotheses_with_normalised_scores() -> None:
-    cfg = DecodeConfig(beam_size=2, length_penalty=0.6, max_len_a=0.0, max_len_b=2)
+    cfg = from_params(DecodeConfig, beam_size=2, length_penalty=0.6, max_len_a=0.0, max_len_b=2)
     (hyps,) = beam_search_n_best(CUT_OFF, ONE_SRC, BOS, EOS, cfg, n_best=2)
     assert [h.tokens for h in hyps] == [[B], [A, A]]
     for h in hyps:
@@ -208,7 +209,7 @@ TINY_V = 40
 @pytest.fixture(scope="module")
 def random_transformer() -> Transformer:
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0)
+    cfg = from_params(ModelConfig, d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0)
     model = Transformer(cfg, TINY_V, PAD).eval()
     with torch.no_grad():
         model.src_embed.weight[EOS] *= 2.0  # eos likely enough that output lengths vary
@@ -278,7 +279,7 @@ def reference_beam(model: Transformer, src: list[int], k: int, alpha: float, lim
 
 
 def test_n_best_heads_equal_beam_search_and_are_sorted(random_transformer, sources) -> None:
-    cfg = DecodeConfig(beam_size=4, length_penalty=0.6, batch_size=64, **LIMITS)
+    cfg = from_params(DecodeConfig, beam_size=4, length_penalty=0.6, batch_size=64, **LIMITS)
     best = in_batches(beam_search, random_transformer, sources, 64, beam_size=4, length_penalty=0.6, **LIMITS)
     n_best = beam_search_n_best(random_transformer, pad(sources, PAD), BOS, EOS, cfg, n_best=4)
     assert [hyps[0].tokens for hyps in n_best] == best
@@ -328,7 +329,7 @@ SENTENCES = [
 
 def test_translate_restores_order_and_skips_blank_lines(random_transformer) -> None:
     tok = WordTokenizer()
-    cfg = DecodeConfig(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=3)
+    cfg = from_params(DecodeConfig, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=3)
     outs = translate(random_transformer, tok, SENTENCES, cfg)
     assert outs[1] == "" and outs[3] == ""
     for text, out in zip(SENTENCES, outs, strict=True):
@@ -346,7 +347,7 @@ def test_translate_restores_order_and_skips_blank_lines(random_transformer) -> N
 
 def test_translate_n_best_first_equals_translate(random_transformer) -> None:
     tok = WordTokenizer()
-    cfg = DecodeConfig(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=4)
+    cfg = from_params(DecodeConfig, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=5, batch_size=4)
     got = translate_n_best(random_transformer, tok, SENTENCES, cfg, n_best=3)
     assert got[1] == [] and got[3] == []
     firsts = [hyps[0][0] if hyps else "" for hyps in got]
@@ -367,4 +368,4 @@ def test_translate_blank_input_does_not_run_the_model() -> None:
         def encode(self, src):
             raise AssertionError("the model ran")
 
-    assert translate(Exploding(), WordTokenizer(), ["", " \t"], DecodeConfig()) == ["", ""]
+    assert translate(Exploding(), WordTokenizer(), ["", " \t"], from_params(DecodeConfig)) == ["", ""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 
 from pipeline.core.config import DecodeConfig
 from pipeline.data.placeholders import PLACEHOLDERS
@@ -51,7 +52,7 @@ def test_spans_never_end_a_sentence_and_come_back_whole() -> None:
 def test_robustness_table_sentence_counts() -> None:
     from pipeline.ops.robustness import read_table
 
-    cases = read_table(REPO / DecodeConfig().robustness_tsv)
+    cases = read_table(REPO / from_params(DecodeConfig).robustness_tsv)
     assert len(cases) >= 40
     assert [len(split_sentences(c.text)) for c in cases] == [c.sentences for c in cases]
 

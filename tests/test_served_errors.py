@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
@@ -31,7 +32,7 @@ def model(tiny_translator_files: Mapping[str, Path], tmp_path_factory: pytest.Te
     from pipeline.serving.pyfunc import TranslatorPyfunc, requirements, signature_example
 
     path = tmp_path_factory.mktemp("served_errors") / "model"
-    config = DecodeConfig(beam_size=2, max_len_a=1.2, max_len_b=4).model_dump()
+    config = from_params(DecodeConfig, beam_size=2, max_len_a=1.2, max_len_b=4).settings()
     artifacts = {"checkpoint": str(tiny_translator_files["ckpt"]), "spm": str(tiny_translator_files["spm"])}
     mlflow.pyfunc.save_model(
         path,
@@ -48,7 +49,9 @@ def model(tiny_translator_files: Mapping[str, Path], tmp_path_factory: pytest.Te
 def client(model) -> TestClient:
     from mlflow.pyfunc import scoring_server
 
-    return TestClient(guard(scoring_server.init(model)))  # an exception that escapes fails the test
+    return TestClient(
+        guard(scoring_server.init(model), model.unwrap_python_model().limits.max_body_bytes)
+    )  # an exception that escapes fails the test
 
 
 BAD_BODIES = {

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from from_params import from_params, write_changed_params
 
 from pipeline.serving.mlflow_server import post, served
 
@@ -31,8 +32,8 @@ def logged(tmp_path_factory: pytest.TempPathFactory, tiny_translator_files):
         from pipeline.tracking import store
 
         run_id = store.client().create_run(store.experiment_id("serving")).info.run_id
-        decode = DecodeConfig(beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4)
-        config = decode.model_dump() | LIMITS
+        decode = from_params(DecodeConfig, beam_size=3, length_penalty=1.2, max_len_a=1.2, max_len_b=4)
+        config = decode.settings() | LIMITS
         version = log_translator(
             run_id, tiny_translator_files["ckpt"], tiny_translator_files["spm"], config, NAME
         )
@@ -138,7 +139,7 @@ def test_load_test_reports_latency_and_throughput_without_errors(server, tmp_pat
 
     en = ["A man walks in the park.", "Two children play near 5 trees."]
     save_dataset_dict(DatasetDict(val=Dataset.from_dict({"en": en, "de": ["", ""]})), tmp_path / "corpus")
-    (tmp_path / "params.yaml").write_text(json.dumps({"download": {"out_dir": str(tmp_path / "corpus")}}))
+    write_changed_params((tmp_path / "params.yaml"), {"download": {"out_dir": str(tmp_path / "corpus")}})
     argv = [
         "--port",
         str(server),
@@ -179,7 +180,7 @@ def test_a_request_past_its_time_limit_stops(logged, monkeypatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     model = mlflow.pyfunc.load_model(model_uri)
     python_model = model.unwrap_python_model()
-    python_model.limits = ServeConfig(max_inputs=100, max_seconds=1e-6)
+    python_model.limits = from_params(ServeConfig, max_inputs=100, max_seconds=1e-6)
     translated = []
     monkeypatch.setattr(python_model, "translate", lambda lines, *a: translated.extend(lines) or lines)
     with pytest.raises(MlflowException, match="stopped after 16 of 40 inputs: it ran past serve.max_seconds"):
@@ -206,7 +207,7 @@ def test_long_inputs_are_checked_against_the_time_limit_one_by_one(logged, monke
     model_uri, uri = logged
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     python_model = mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
-    python_model.limits = ServeConfig(max_inputs=100, max_seconds=1e-6)
+    python_model.limits = from_params(ServeConfig, max_inputs=100, max_seconds=1e-6)
     translated = []
     monkeypatch.setattr(python_model, "translate", lambda lines, *a: translated.extend(lines) or lines)
     with pytest.raises(MlflowException, match="stopped after 1 of 20 inputs"):

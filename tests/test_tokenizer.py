@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
-import yaml
 from datasets import Dataset, DatasetDict
+from from_params import from_params, write_changed_params
 
 from pipeline.core.config import TokenizerConfig
 from pipeline.core.errors import CheckpointError
@@ -38,7 +38,7 @@ def val_sentences() -> list[str]:
     return lines
 
 
-SMALL = TokenizerConfig(vocab_size=500, out_dir="unused")
+SMALL = from_params(TokenizerConfig, vocab_size=500, out_dir="unused")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_training_is_byte_reproducible(sentences: list[str], model_path: Path, t
 
 
 def test_bpe_and_a_vocab_larger_than_the_corpus_supports(tmp_path: Path) -> None:
-    cfg = TokenizerConfig(model_type="bpe", vocab_size=8000, out_dir="unused")
+    cfg = from_params(TokenizerConfig, model_type="bpe", vocab_size=8000, out_dir="unused")
     tok = Tokenizer.load(train_tokenizer(SAMPLE * 5, tmp_path, cfg))
     assert tok.vocab_size < 8000
     assert tok.decode(tok.encode(SAMPLE[3])) == SAMPLE[3]
@@ -114,7 +114,7 @@ def test_stage_trains_on_train_split_only(tmp_path: Path, monkeypatch) -> None:
     )
     save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
     params = {"download": {"out_dir": "data/multi30k"}, "tokenizer": {"vocab_size": 100, "out_dir": "spm"}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_changed_params((tmp_path / "params.yaml"), params)
     monkeypatch.chdir(tmp_path)
     stage.main()
     tok = Tokenizer.load(tmp_path / "spm" / "spm.model")

@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 from toy_train import PAD, TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs
 
 from pipeline.core.config import (
@@ -231,7 +232,7 @@ def test_changes_list_what_differs_and_cut_after_the_limit():
 
 
 def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
-    params = Params()
+    params = from_params(Params)
     logged = train_run.run_params(params)
     assert {k.split(".")[0] for k in logged} == {"download", "tokenizer", "distill", "prepare", "train"}
     assert not [k for k in logged if k.endswith(train_run.PATH_SUFFIXES) or k in train_run.NOT_SHAPING]
@@ -244,12 +245,12 @@ def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
 
 
 def test_the_recipe_names_the_teacher_and_subword_sampling():
-    params = Params()
+    params = from_params(Params)
     assert train_run.recipe_words(params).startswith("the training pairs as given")
     recipe = params.model_copy(
         update={
-            "distill": DistillConfig(teacher=("seed2.pt", "seed3.pt")),
-            "prepare": PrepareConfig(sampling_alpha=0.3),
+            "distill": from_params(DistillConfig, teacher=("seed2.pt", "seed3.pt")),
+            "prepare": from_params(PrepareConfig, sampling_alpha=0.3),
         }
     )
     assert train_run.recipe_words(recipe) == (
@@ -301,8 +302,10 @@ def tracked_params(mlflow_db, checkout, tmp_path, monkeypatch) -> Params:
     incoming.mkdir()
     for name in ("b.tsv", "a.tsv", ".draft.tsv", "notes.txt"):
         (incoming / name).write_text("A dog.\tEin Hund.\n", encoding="utf-8")
-    return Params(
-        incoming=IncomingConfig(in_dir=str(incoming)), mlflow=MlflowConfig(experiment="tracking-test")
+    return from_params(
+        Params,
+        incoming=from_params(IncomingConfig, in_dir=str(incoming)),
+        mlflow=from_params(MlflowConfig, experiment="tracking-test"),
     )
 
 
@@ -349,7 +352,7 @@ def test_a_repro_run_and_a_flow_retrain_of_one_commit_differ_in_name_and_descrip
     monkeypatch.setenv("DVC_STAGE", "train")
     client = store.client()
     exp_id = store.experiment_id("same-commit")
-    params = tracked_params.model_copy(update={"mlflow": MlflowConfig(experiment="same-commit")})
+    params = tracked_params.model_copy(update={"mlflow": from_params(MlflowConfig, experiment="same-commit")})
 
     def run_of(data_id: str, n_pairs: int):
         out = tmp_path / data_id[:4]
@@ -412,11 +415,12 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
     tracker = train_run.start_train_run(tracked_params, tmp_path, "fingerprint", start())
     toy, out = pairs(), tmp_path / "out"
-    cfg = TrainConfig(
+    cfg = from_params(
+        TrainConfig,
         out_dir=str(out),
         model_file=str(out / "model.pt"),
         max_len=TOY_MAX_LEN,
-        optim=OptimConfig(**TOY_OPTIM | {"max_steps": 8}),
+        optim=from_params(OptimConfig, **TOY_OPTIM | {"max_steps": 8}),
     )
     model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
     run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
@@ -513,7 +517,7 @@ def test_a_registered_version_says_which_run_and_data_it_comes_from(tracked_para
 
 
 def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):
-    params = Params(incoming=IncomingConfig(in_dir=str(tmp_path / "absent")))
+    params = from_params(Params, incoming=from_params(IncomingConfig, in_dir=str(tmp_path / "absent")))
     assert mlflow_tracker.training_set(params) == mlflow_tracker.TrainingSet(
         "multi30k-en-de", "data/train_merged.jsonl"
     )
@@ -524,7 +528,7 @@ def test_without_incoming_files_the_training_set_is_multi30k(tmp_path):
 
 def test_checkpoint_upload_values_are_the_config_choices():
     choices = typing.get_args(MlflowConfig.model_fields["log_checkpoints"].annotation)
-    assert choices == mlflow_tracker.CHECKPOINT_UPLOADS and MlflowConfig().log_checkpoints == "all"
+    assert choices == mlflow_tracker.CHECKPOINT_UPLOADS and from_params(MlflowConfig).log_checkpoints == "all"
     with pytest.raises(ValueError, match="mlflow.log_checkpoints: 'best'"):
         mlflow_tracker.uploads_checkpoint("best", "best.pt")
 
@@ -552,7 +556,7 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
         Transformer(TOY_MODEL, 20, PAD),
         toy,
         ToyValidation(toy[:16]),
-        OptimConfig(**TOY_OPTIM | {"max_steps": 8}),
+        from_params(OptimConfig, **TOY_OPTIM | {"max_steps": 8}),
         run,
     )
     assert {Path(f.path).name for f in client.list_artifacts(run_id, "checkpoints")} == uploaded

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from from_params import from_params
 from toy_train import TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, toy_run
 
 from pipeline.core.config import OptimConfig, TrainConfig
@@ -154,13 +155,16 @@ def test_a_trainer_is_sent_sigterm_when_its_parent_dies(tmp_path):
 
 def test_budgets_are_not_part_of_the_identity_but_the_lr_is():
     model, run = Transformer(TOY_MODEL, 20, PAD), RunContext(Path("x"), Path("x.csv"), "data")
-    base = run_identity(model, OptimConfig(**TOY_OPTIM), run)
+    base = run_identity(model, from_params(OptimConfig, **TOY_OPTIM), run)
     budgets = dict(max_steps=99, max_minutes=9.0, patience=1, val_every=7, average_last=9, threads=3)
-    assert run_identity(model, OptimConfig(**TOY_OPTIM | budgets), run) == base
+    assert run_identity(model, from_params(OptimConfig, **TOY_OPTIM | budgets), run) == base
     for change in (dict(peak_lr=1e-4), dict(seed=4), dict(max_tokens=61), dict(accum_steps=2)):
-        assert run_identity(model, OptimConfig(**TOY_OPTIM | change), run) != base, change
+        assert run_identity(model, from_params(OptimConfig, **TOY_OPTIM | change), run) != base, change
     assert (
-        run_identity(model, OptimConfig(**TOY_OPTIM), RunContext(Path("x"), Path("x.csv"), "other")) != base
+        run_identity(
+            model, from_params(OptimConfig, **TOY_OPTIM), RunContext(Path("x"), Path("x.csv"), "other")
+        )
+        != base
     )
 
 
@@ -205,9 +209,13 @@ def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
     torch.manual_seed(0)
     model, data, digest = Transformer(TOY_MODEL, 20, PAD), pairs(), "ab" * 32
     run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", spm_sha256=digest)
-    optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 8}))
-    cfg = TrainConfig(
-        out_dir=str(tmp_path), model_file=str(tmp_path / "final.pt"), max_len=TOY_MAX_LEN, optim=optim
+    optim = from_params(OptimConfig, **(TOY_OPTIM | {"max_steps": 8}))
+    cfg = from_params(
+        TrainConfig,
+        out_dir=str(tmp_path),
+        model_file=str(tmp_path / "final.pt"),
+        max_len=TOY_MAX_LEN,
+        optim=optim,
     )
     validation = ToyValidation(data[:16])
     progress = train_module.train(model, data, validation, cfg.optim, run)
@@ -266,7 +274,7 @@ def test_a_non_finite_loss_stops_with_one_line(tmp_path, monkeypatch):
     [(16, 0, "max_steps"), (16, 3, "max_steps"), (9, 3, "patience"), (9, 0, "max_minutes")],
 )
 def test_the_facts_name_the_budget_that_ended_a_run(step, bad, expected):
-    cfg = OptimConfig(**TOY_OPTIM, patience=3)
+    cfg = from_params(OptimConfig, **TOY_OPTIM, patience=3)
     assert final_model.stopped_by(train_module.Progress(step=step, bad_validations=bad), cfg) == expected
 
 

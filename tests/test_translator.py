@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from from_params import from_params
 
 from pipeline.core.config import DecodeConfig, TokenizerConfig
 from pipeline.data import placeholders as ph
@@ -18,13 +19,15 @@ CORPUS = (
     + [f"ein Mann geht {w} im Park mit zwei Hunden." for w in ("schnell", "langsam", "heim")] * 60
     + ["ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,:;!?@/-_=?&"] * 5
 )
-CFG = DecodeConfig(beam_size=2)
+CFG = from_params(DecodeConfig, beam_size=2)
 
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     out = tmp_path_factory.mktemp("spm")
-    return Tokenizer.load(train_tokenizer(CORPUS, out, TokenizerConfig(vocab_size=120, out_dir="unused")))
+    return Tokenizer.load(
+        train_tokenizer(CORPUS, out, from_params(TokenizerConfig, vocab_size=120, out_dir="unused"))
+    )
 
 
 class Echo:

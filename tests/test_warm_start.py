@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from from_params import from_params
 from toy_train import TOY_OPTIM, ToyValidation
 
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig
@@ -20,7 +21,9 @@ from pipeline.training.loop import EpochOrder, RunContext, new_model, run_identi
 from pipeline.training.warm_start import warm_start
 
 NAME = "warm-start-test"
-MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0)  # no dropout: exact losses
+MODEL = from_params(
+    ModelConfig, d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0
+)  # no dropout: exact losses
 SENTENCES = [f"A man with {n} red dogs walks in the park." for n in ("two", "three", "four")] + [
     f"Ein Mann mit {n} roten Hunden geht im Park." for n in ("zwei", "drei", "vier")
 ]
@@ -52,17 +55,19 @@ def champion(tmp_path_factory):
         from pipeline.serving.pyfunc import log_translator
         from pipeline.tracking import store
 
-        spm_model = train_tokenizer(SENTENCES * 5, root / "spm", TokenizerConfig(vocab_size=60, out_dir="x"))
+        spm_model = train_tokenizer(
+            SENTENCES * 5, root / "spm", from_params(TokenizerConfig, vocab_size=60, out_dir="x")
+        )
         tok = Tokenizer.load(spm_model)
         data = pairs(tok)
         model = new_model(MODEL, tok.vocab_size, tok.pad_id, seed=5)
-        optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 80, "val_every": 40}))
+        optim = from_params(OptimConfig, **(TOY_OPTIM | {"max_steps": 80, "val_every": 40}))
         train_module.train(
             model, data, ToyValidation(data[:4]), optim, RunContext(root / "c", root / "c.csv", "x")
         )
         ckpt = checkpoint.save(root / "model.pt", checkpoint.weights(model))
         run_id = store.client().create_run(store.experiment_id("warm")).info.run_id
-        version = log_translator(run_id, ckpt, spm_model, DecodeConfig().model_dump(), NAME)
+        version = log_translator(run_id, ckpt, spm_model, from_params(DecodeConfig).settings(), NAME)
         store.client().set_registered_model_alias(NAME, "champion", version)
         yield root, spm_model, model, data
 
@@ -84,7 +89,7 @@ def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_pa
     assert all(torch.equal(value, theirs[key]) for key, value in model.state_dict().items())
 
     run = RunContext(tmp_path, tmp_path / "log.csv", "x", init_from=source)
-    optim = OptimConfig(**(TOY_OPTIM | {"max_steps": 1}))
+    optim = from_params(OptimConfig, **(TOY_OPTIM | {"max_steps": 1}))
     train_module.train(model, data, ToyValidation(data[:4]), optim, run)
     champion_loss = first_batch_loss(trained, data, tok.pad_id)
     assert losses[0] == pytest.approx(champion_loss, rel=1e-4)
@@ -93,9 +98,9 @@ def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_pa
 
 def test_warm_start_is_part_of_the_run_identity(champion):
     model = champion[2]
-    scratch = run_identity(model, OptimConfig(), RunContext(Path("."), Path("x"), "d"))
+    scratch = run_identity(model, from_params(OptimConfig), RunContext(Path("."), Path("x"), "d"))
     warm = run_identity(
-        model, OptimConfig(), RunContext(Path("."), Path("x"), "d", init_from={"version": "1"})
+        model, from_params(OptimConfig), RunContext(Path("."), Path("x"), "d", init_from={"version": "1"})
     )
     assert "init_from" not in scratch  # from-scratch identities are unchanged: old last.pt continue
     assert checkpoint.fingerprint(scratch) != checkpoint.fingerprint(warm)
@@ -122,7 +127,9 @@ def test_another_architecture_is_a_one_line_error(champion, mlflow_uri, capsys):
 
 def test_another_tokenizer_is_a_one_line_error(champion, mlflow_uri, tmp_path, capsys):
     more = ["A cat sleeps on the sofa.", "Eine Katze schläft auf dem Sofa."]
-    other = train_tokenizer((SENTENCES + more) * 5, tmp_path, TokenizerConfig(vocab_size=60, out_dir="x"))
+    other = train_tokenizer(
+        (SENTENCES + more) * 5, tmp_path, from_params(TokenizerConfig, vocab_size=60, out_dir="x")
+    )
     tok = Tokenizer.load(other)
     model = new_model(MODEL, tok.vocab_size, tok.pad_id, seed=1)
     message = one_line_error(lambda: warm_start(model, NAME, other), capsys)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from from_params import from_params
 
 from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
 from pipeline.data.batching import pad
@@ -19,8 +20,10 @@ from pipeline.model.transformer import Transformer
 from pipeline.ops.robustness import read_table
 from pipeline.training import checkpoint
 
-ROBUSTNESS_TABLE = Path(__file__).parents[1] / DecodeConfig().robustness_tsv  # the decode stage's table
-MODEL_CFG = ModelConfig(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0)
+ROBUSTNESS_TABLE = (
+    Path(__file__).parents[1] / from_params(DecodeConfig).robustness_tsv
+)  # the decode stage's table
+MODEL_CFG = from_params(ModelConfig, d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0)
 EN = "a man | two children | a woman | a dog | three people | the crowd".split(" | ")
 DE = "ein Mann | zwei Kinder | eine Frau | ein Hund | drei Leute | die Menge".split(" | ")
 VERB = [("walks in the park", "geht im Park"), ("plays near 5 trees", "spielt bei 5 Bäumen")]
@@ -47,7 +50,9 @@ def train_tiny_translator(out: Path) -> dict[str, Path]:
     Returns {"ckpt": the checkpoint, "spm": the SentencePiece model}."""
     rows = [c.text for c in read_table(ROBUSTNESS_TABLE)]
     text = [s for pair in pairs() for s in pair] + rows[:20]
-    tok = Tokenizer.load(train_tokenizer(text, out, TokenizerConfig(vocab_size=200, out_dir="unused")))
+    tok = Tokenizer.load(
+        train_tokenizer(text, out, from_params(TokenizerConfig, vocab_size=200, out_dir="unused"))
+    )
     torch.manual_seed(0)
     model = Transformer(MODEL_CFG, tok.vocab_size, tok.pad_id)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

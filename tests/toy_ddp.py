@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
+from from_params import from_params
 from toy_train import PAD, ToyValidation, pairs  # a script (also under torchrun): its folder is sys.path[0]
 
 from pipeline.core.config import ModelConfig, OptimConfig
@@ -46,8 +47,11 @@ def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
     losses, written = record(world)
     torch.manual_seed(world.rank)  # different initial weights per rank: DDP must sync them
     data = pairs(96)
-    model = Transformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0), 20, PAD)
-    cfg = OptimConfig(
+    model = Transformer(
+        from_params(ModelConfig, d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0), 20, PAD
+    )
+    cfg = from_params(
+        OptimConfig,
         seed=3,
         max_tokens=60,
         warmup_steps=5,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from from_params import from_params
 
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.model.transformer import Transformer
@@ -24,7 +25,7 @@ from pipeline.training.loop import Progress, RunContext, train
 from pipeline.training.validation import validation_loss
 
 PAD, BOS, EOS = 0, 2, 3
-TOY_MODEL = ModelConfig(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1)
+TOY_MODEL = from_params(ModelConfig, d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.1)
 # threads=1: the load-following thread chooser (threads: null) would change the thread count, and with
 # it the float sums, when other processes load the machine; resumed runs are compared bit for bit.
 TOY_MAX_LEN = 20  # pieces: toy pairs have at most 7, and a 60-token batch must hold the longest allowed
@@ -65,7 +66,9 @@ def toy_run(
     torch.manual_seed(0)
     model = Transformer(model_cfg, 20, PAD)
     run = RunContext(out_dir, out_dir / "log.csv", data_id="toy")
-    return model, train(model, data, ToyValidation(data[:16]), OptimConfig(**(TOY_OPTIM | optim)), run)
+    return model, train(
+        model, data, ToyValidation(data[:16]), from_params(OptimConfig, **(TOY_OPTIM | optim)), run
+    )
 
 
 def die() -> None:

@@ -1,14 +1,14 @@
-"""Validated configuration: one pydantic model per `params.yaml` section.
+"""Validated configuration: one pydantic model per `params.yaml` section, types and ranges only.
 
-`load_params()` reads the file once and validates every section; a wrong type, an
-out-of-range value or an unknown key (a typo) raises `ConfigError` with a one-line
-message naming the file and the dotted field, e.g.
-``params.yaml: train.dropout: Input should be less than 1``.
+Every value, defaults included, is written in `params.yaml`. `load_params()` validates it; a missing,
+wrong-typed, out-of-range or unknown key raises `ConfigError` with one line naming the file and the
+dotted field, e.g. ``params.yaml: train.dropout: Input should be less than 1``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
@@ -28,6 +28,8 @@ from pipeline.core.errors import ConfigError
 N_SPECIAL_TOKENS = 4  # pad, unk, bos, eos: see pipeline.data.tokenizer
 # decode.beam_size at most: wider beams only cost time (Koehn & Knowles 2017: BLEU falls beyond ~30)
 MAX_BEAM_SIZE = 100
+# The one place defaults are written is params.yaml; this link to it travels with the package.
+SHIPPED_PARAMS = Path(__file__).with_name("params.yaml")
 
 
 class Section(BaseModel):
@@ -62,31 +64,31 @@ S = TypeVar("S", bound=Section)
 class DownloadConfig(Section):
     """Stage `download`: where Multi30k lives and how much of it the DAG uses."""
 
-    out_dir: str = "data/multi30k"
-    mirror: str | None = None  # env MULTI30K_MIRROR wins over this
-    max_train_pairs: int | None = Field(default=None, gt=0)  # smoke runs: first N pairs
-    max_eval_pairs: int | None = Field(default=None, gt=0)
-    tgt_lang: Literal["de", "fr", "cs"] = "de"  # target language (cs has no test_2017_flickr)
+    out_dir: str
+    mirror: str | None  # env MULTI30K_MIRROR wins over this
+    max_train_pairs: int | None = Field(gt=0)  # smoke runs: first N pairs
+    max_eval_pairs: int | None = Field(gt=0)
+    tgt_lang: Literal["de", "fr", "cs"]  # target language (cs has no test_2017_flickr)
 
 
 class TokenizerConfig(Section):
     """Stage `tokenizer`: one joint SentencePiece model over train EN+DE."""
 
-    model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = Field(default=8000, gt=N_SPECIAL_TOKENS)
-    character_coverage: float = Field(default=1.0, gt=0.0, le=1.0)
-    out_dir: str = "models/spm"
+    model_type: Literal["unigram", "bpe"]
+    vocab_size: int = Field(gt=N_SPECIAL_TOKENS)
+    character_coverage: float = Field(gt=0.0, le=1.0)
+    out_dir: str
 
 
 class WarmupDataConfig(Section):
     """Stage `warmup_data`: the number-to-words task, split by number."""
 
-    out_dir: str = "data/warmup"
-    max_number: int = Field(default=999_999, ge=10, le=999_999)
-    n_train: int = Field(default=40_000, gt=0)
-    n_val: int = Field(default=1_000, gt=0)
-    n_test: int = Field(default=1_000, gt=0)
-    seed: int = 0
+    out_dir: str
+    max_number: int = Field(ge=10, le=999_999)
+    n_train: int = Field(gt=0)
+    n_val: int = Field(gt=0)
+    n_test: int = Field(gt=0)
+    seed: int
 
     @model_validator(mode="after")
     def _fits(self) -> WarmupDataConfig:
@@ -98,15 +100,15 @@ class WarmupDataConfig(Section):
 class ModelConfig(Section):
     """Transformer sizes (Vaswani et al. 2017, Table 3 names)."""
 
-    d_model: int = Field(default=256, gt=0)
-    n_heads: int = Field(default=4, gt=0)
-    n_layers: int = Field(default=3, gt=0)
-    d_ff: int = Field(default=1024, gt=0)
-    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)  # on the attention weights
-    act_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)  # after the FFN's ReLU; None: `dropout`
-    pre_norm: bool = False
-    tie_embeddings: bool = True
+    d_model: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    n_layers: int = Field(gt=0)
+    d_ff: int = Field(gt=0)
+    dropout: float = Field(ge=0.0, lt=1.0)
+    attn_dropout: float = Field(ge=0.0, lt=1.0)  # on the attention weights
+    act_dropout: float | None = Field(ge=0.0, lt=1.0)  # after the FFN's ReLU; None: `dropout`
+    pre_norm: bool
+    tie_embeddings: bool
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
@@ -116,29 +118,29 @@ class ModelConfig(Section):
 
 
 class OptimConfig(Section):
-    """Optimisation knobs shared by `warmup_train` and `train` (defaults: the `train` section).
+    """Optimisation knobs shared by `warmup_train` and `train`.
 
     `TRAJECTORY` names the fields a training's trajectory depends on (part of its fingerprint);
     the others are budgets and bookkeeping that may change between a run and its continuation.
     """
 
-    seed: int = 2
-    max_tokens: int = Field(default=2500, gt=0)  # padded tokens of the larger side per batch
-    accum_steps: int = Field(default=1, gt=0)
-    peak_lr: float = Field(default=1e-3, gt=0.0)
-    schedule: Literal["inverse_sqrt", "linear", "cosine"] = "inverse_sqrt"  # pipeline.training.schedule
-    warmup_steps: int = Field(default=800, gt=0)
-    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
-    clip_norm: float = Field(default=1.0, gt=0.0)
-    max_steps: int = Field(default=3200, gt=0)  # the budget: the same run on every machine
-    max_minutes: float = Field(default=150.0, gt=0.0)  # a safety cap (wall clock, validation included)
-    val_every: int = Field(default=400, gt=0)
-    patience: int = Field(default=10, gt=0)  # validations without improvement
-    average_last: int = Field(default=10, gt=0)  # step checkpoints kept for the final average
-    ema_decay: float | None = Field(default=None, gt=0.0, lt=1.0)  # weight average candidate; None: off
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    threads: int | None = Field(default=None, gt=0)
+    seed: int
+    max_tokens: int = Field(gt=0)  # padded tokens of the larger side per batch
+    accum_steps: int = Field(gt=0)
+    peak_lr: float = Field(gt=0.0)
+    schedule: Literal["inverse_sqrt", "linear", "cosine"]  # pipeline.training.schedule
+    warmup_steps: int = Field(gt=0)
+    label_smoothing: float = Field(ge=0.0, lt=1.0)
+    clip_norm: float = Field(gt=0.0)
+    max_steps: int = Field(gt=0)  # the budget: the same run on every machine
+    max_minutes: float = Field(gt=0.0)  # a safety cap (wall clock, validation included)
+    val_every: int = Field(gt=0)
+    patience: int = Field(gt=0)  # validations without improvement
+    average_last: int = Field(gt=0)  # step checkpoints kept for the final average
+    ema_decay: float | None = Field(gt=0.0, lt=1.0)  # weight average candidate; None: off
+    device: Literal["auto", "cpu", "cuda"]
+    precision: Literal["auto", "fp32", "bf16"]
+    threads: int | None = Field(gt=0)
 
     TRAJECTORY: ClassVar[tuple[str, ...]] = (
         "seed",
@@ -155,32 +157,22 @@ class OptimConfig(Section):
 class WarmupTrainConfig(Section):
     """Stage `warmup_train`: a small model on number-to-words, gated on exact match."""
 
-    out_dir: str = "models/warmup"  # checkpoints
-    log_csv: str = "reports/warmup_log.csv"
-    metrics_json: str = "reports/warmup.json"  # numbers: exact_match (test split), steps, minutes
-    facts_json: str = "reports/warmup_facts.json"  # the gate's threshold, the final-model choice
-    threshold: float = Field(default=0.99, ge=0.0, le=1.0)
-    model: ModelConfig = ModelConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0)
-    optim: OptimConfig = OptimConfig(
-        max_tokens=1500,
-        peak_lr=3e-3,
-        warmup_steps=200,
-        max_steps=3000,
-        max_minutes=60,
-        val_every=250,
-        patience=4,
-        label_smoothing=0.0,
-        average_last=4,
-    )
+    out_dir: str  # checkpoints
+    log_csv: str
+    metrics_json: str  # numbers: exact_match (test split), steps, minutes
+    facts_json: str  # the gate's threshold, the final-model choice
+    threshold: float = Field(ge=0.0, le=1.0)
+    model: ModelConfig
+    optim: OptimConfig
 
 
 class DistConfig(Section):
     """Stage `train` under `torchrun` (DistributedDataParallel). 1 × 1 = one plain process."""
 
-    nproc_per_node: int = Field(default=1, gt=0)  # processes (GPUs) per machine
-    nnodes: int = Field(default=1, gt=0)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
-    master_addr: str | None = None  # host name or address of node 0, multi-node only
-    master_port: int = Field(default=29500, gt=0, lt=65536)
+    nproc_per_node: int = Field(gt=0)  # processes (GPUs) per machine
+    nnodes: int = Field(gt=0)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
+    master_addr: str | None  # host name or address of node 0, multi-node only
+    master_port: int = Field(gt=0, lt=65536)
 
     @model_validator(mode="after")
     def _address_for_nodes(self) -> DistConfig:
@@ -192,18 +184,18 @@ class DistConfig(Section):
 class TrainConfig(Section):
     """Stage `train`: the Transformer on Multi30k."""
 
-    out_dir: str = "models/transformer"  # checkpoints (`last.pt` continues a run)
-    model_file: str = "models/transformer/model.pt"  # the final model the later stages read: in out_dir
-    log_csv: str = "reports/train_log.csv"  # one row per validation
-    metrics_json: str = "reports/train_summary.json"  # numbers people compare (DVC metrics)
-    facts_json: str = "reports/train_facts.json"  # device, versions, final-model choice
-    run_id_file: str = "reports/mlflow_run_id.txt"  # the MLflow run decode/score add to
-    max_len: int = Field(default=128, gt=0)  # pieces; longer training pairs are skipped
-    val_max_sentences: int | None = Field(default=None, gt=0)  # cap greedy-BLEU cost
-    model: ModelConfig = ModelConfig(dropout=0.1)
-    optim: OptimConfig = OptimConfig(peak_lr=2e-3)
-    dist: DistConfig = DistConfig()
-    init_from: Literal["champion"] | None = None  # None: from scratch; the registered champion's weights
+    out_dir: str  # checkpoints (`last.pt` continues a run)
+    model_file: str  # the final model the later stages read: in out_dir
+    log_csv: str  # one row per validation
+    metrics_json: str  # numbers people compare (DVC metrics)
+    facts_json: str  # device, versions, final-model choice
+    run_id_file: str  # the MLflow run decode/score add to
+    max_len: int = Field(gt=0)  # pieces; longer training pairs are skipped
+    val_max_sentences: int | None = Field(gt=0)  # cap greedy-BLEU cost
+    model: ModelConfig
+    optim: OptimConfig
+    dist: DistConfig
+    init_from: Literal["champion"] | None  # None: from scratch; the registered champion's weights
 
     @model_validator(mode="after")
     def _model_in_out_dir(self) -> TrainConfig:
@@ -226,18 +218,24 @@ class MlflowConfig(Section):
     """MLflow tracking of `train`, `decode` and `score` (URI: env MLFLOW_TRACKING_URI, else
     `sqlite:///<repository root>/mlflow.db`)."""
 
-    enabled: bool = True
-    experiment: str = "multi30k-en-de"
-    model_name: str = "multi30k-en-de-transformer"  # registered model of the final translators
-    log_checkpoints: Literal["all", "best_and_last", "none"] = "all"  # checkpoints uploaded (model.pt always)
+    enabled: bool
+    experiment: str
+    model_name: str  # registered model of the final translators
+    log_checkpoints: Literal["all", "best_and_last", "none"]  # checkpoints uploaded (model.pt always)
 
 
-class DecodeConfig(Section):
-    """Beam search (Wu et al. 2016 length penalty), and stage `decode`'s files.
+class SearchConfig(Section):
+    """Beam search (Wu et al. 2016 length penalty): what every decoder takes and the served model logs."""
 
-    The search settings (`settings()`) are what every decoder takes and what the served model logs;
-    `PATHS` name the decode stage's inputs and outputs.
-    """
+    beam_size: int = Field(gt=0, le=MAX_BEAM_SIZE)
+    length_penalty: float = Field(ge=0.0)
+    max_len_a: float = Field(ge=0.0)  # max target pieces = a * src_len + b
+    max_len_b: int = Field(ge=1)
+    batch_size: int = Field(gt=0)  # sentences per batch
+
+
+class DecodeConfig(SearchConfig):
+    """Stage `decode`: the search settings (`SearchConfig`), its files and the ensemble."""
 
     PATHS: ClassVar[tuple[str, ...]] = (
         "time_machine_tsv",
@@ -248,55 +246,54 @@ class DecodeConfig(Section):
         "robustness_failures_json",
     )
 
-    beam_size: int = Field(default=5, gt=0, le=MAX_BEAM_SIZE)
-    length_penalty: float = Field(default=2.2, ge=0.0)
-    max_len_a: float = Field(default=1.5, ge=0.0)  # max target pieces = a * src_len + b
-    max_len_b: int = Field(default=10, ge=1)
-    batch_size: int = Field(default=64, gt=0)  # sentences per batch
-    time_machine_tsv: str = "data/time_machine.tsv"  # the tutorial's 20 sentences and its German
-    robustness_tsv: str = "data/robustness.tsv"  # inputs and the properties their output must keep
-    translations_dir: str = "reports/translations"  # <split>.hyp.<tgt_lang>, one line per sentence
-    time_machine_md: str = "reports/time_machine.md"  # the tutorial's outputs beside ours
-    robustness_json: str = "reports/robustness.json"  # numbers: passed, total, upper-cased BLEU
-    robustness_failures_json: str = "reports/robustness_failures.json"  # the inputs that failed
-    ensemble: tuple[str, ...] = ()  # more checkpoints decoded with train.model_file (same tokenizer)
+    time_machine_tsv: str  # the tutorial's 20 sentences and its German
+    robustness_tsv: str  # inputs and the properties their output must keep
+    translations_dir: str  # <split>.hyp.<tgt_lang>, one line per sentence
+    time_machine_md: str  # the tutorial's outputs beside ours
+    robustness_json: str  # numbers: passed, total, upper-cased BLEU
+    robustness_failures_json: str  # the inputs that failed
+    ensemble: tuple[str, ...]  # more checkpoints decoded with train.model_file (same tokenizer)
 
     def settings(self) -> dict:
         """The search settings alone (no paths, no models): what a decoder and the served model take."""
-        return self.model_dump(exclude={*self.PATHS, "ensemble"})
+        return self.model_dump(include=set(SearchConfig.model_fields))
+
+    def search(self) -> SearchConfig:
+        """The search settings as a `SearchConfig`."""
+        return SearchConfig(**self.settings())
 
 
 class ScoreConfig(Section):
     """Stage `score`: sacreBLEU of `decode`'s translations."""
 
-    scores_dir: str = "reports"  # <split>.json: numbers only (DVC metrics)
-    facts_json: str = "reports/score_facts.json"  # the sacreBLEU signatures
+    scores_dir: str  # <split>.json: numbers only (DVC metrics)
+    facts_json: str  # the sacreBLEU signatures
 
 
 class ReportConfig(Section):
     """Stage `report`: the results page and its figures."""
 
-    page_md: str = "reports/README.md"
-    figures_dir: str = "reports/figures"
-    plots_template: str = "reports/plots_template.html"  # `dvc plots show`'s page (.dvc/config)
+    page_md: str
+    figures_dir: str
+    plots_template: str  # `dvc plots show`'s page (.dvc/config)
 
 
 class ServeConfig(Section):
     """The served MLflow model's request limits (logged with it by `decode`): a request beyond
     them is answered with a 400 at once, before any translation."""
 
-    max_inputs: int = Field(default=256, gt=0)  # strings per request
-    max_chars: int = Field(default=5000, gt=0)  # characters per string
-    max_seconds: float = Field(default=50.0, gt=0.0)  # a request stops past it (MLflow's own -t: 60 s)
-    max_body_bytes: int = Field(default=8_000_000, gt=0)  # a larger request body: 413, not read to its end
+    max_inputs: int = Field(gt=0)  # strings per request
+    max_chars: int = Field(gt=0)  # characters per string
+    max_seconds: float = Field(gt=0.0)  # a request stops past it (MLflow's own -t: 60 s)
+    max_body_bytes: int = Field(gt=0)  # a larger request body: 413, not read to its end
 
 
 class IncomingConfig(Section):
     """Stage `incoming`: user-supplied `en<TAB>de` files merged with Multi30k train."""
 
-    in_dir: str = "data/incoming"  # *.tsv files users drop in
-    out_jsonl: str = "data/train_merged.jsonl"  # the training set the train stage reads
-    metrics_json: str = "reports/incoming.json"  # counts: read, dropped (leak, duplicate), added
+    in_dir: str  # *.tsv files users drop in
+    out_jsonl: str  # the training set the train stage reads
+    metrics_json: str  # counts: read, dropped (leak, duplicate), added
 
 
 class DistillConfig(Section):
@@ -308,49 +305,49 @@ class DistillConfig(Section):
     `keep_original`).
     """
 
-    teacher: tuple[str, ...] = ()  # checkpoint file names in teacher_dir; () = off
-    teacher_dir: str = "models/teacher"  # a DVC dependency: a changed teacher re-runs the stage
-    keep_original: bool = True  # train on the original pairs and the teacher's, or the teacher's alone
-    out_jsonl: str = "data/train_distilled.jsonl"  # what `prepare` reads
-    facts_json: str = "reports/distill.json"  # the teacher's files and SHA-256, pair counts, minutes
+    teacher: tuple[str, ...]  # checkpoint file names in teacher_dir; () = off
+    teacher_dir: str  # a DVC dependency: a changed teacher re-runs the stage
+    keep_original: bool  # train on the original pairs and the teacher's, or the teacher's alone
+    out_jsonl: str  # what `prepare` reads
+    facts_json: str  # the teacher's files and SHA-256, pair counts, minutes
 
 
 class PrepareConfig(Section):
     """Stage `prepare`: the merged training set tokenized once, memory-mapped (`pipeline.data.corpus`)."""
 
-    out_dir: str = "data/train_ids"
+    out_dir: str
     # Subword sampling (Kudo 2018, section 3): each pair written `sampling_copies` times, each
     # copy both sides segmented by a sample from the unigram model's lattice at smoothing
     # `sampling_alpha` (smaller: more varied); None = off, one best segmentation per pair.
-    sampling_alpha: float | None = Field(default=None, gt=0.0)
-    sampling_copies: int = Field(default=16, ge=1)
-    sampling_seed: int = 0  # SentencePiece's sampler seed: the same copies on every run
+    sampling_alpha: float | None = Field(gt=0.0)
+    sampling_copies: int = Field(ge=1)
+    sampling_seed: int  # SentencePiece's sampler seed: the same copies on every run
 
 
 class PromotionConfig(Section):
     """The flow's promotion: sacreBLEU paired bootstrap of val BLEU, candidate vs champion."""
 
-    p_threshold: float = Field(default=0.05, gt=0.0, lt=1.0)  # promote only when p is below it
-    n_samples: int = Field(default=1000, gt=0)  # bootstrap resamples
+    p_threshold: float = Field(gt=0.0, lt=1.0)  # promote only when p is below it
+    n_samples: int = Field(gt=0)  # bootstrap resamples
 
 
 class Params(Section):
     """The whole `params.yaml`."""
 
-    download: DownloadConfig = DownloadConfig()
-    incoming: IncomingConfig = IncomingConfig()
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    distill: DistillConfig = DistillConfig()
-    prepare: PrepareConfig = PrepareConfig()
-    warmup_data: WarmupDataConfig = WarmupDataConfig()
-    warmup_train: WarmupTrainConfig = WarmupTrainConfig()
-    train: TrainConfig = TrainConfig()
-    decode: DecodeConfig = DecodeConfig()
-    score: ScoreConfig = ScoreConfig()
-    report: ReportConfig = ReportConfig()
-    serve: ServeConfig = ServeConfig()
-    mlflow: MlflowConfig = MlflowConfig()
-    promotion: PromotionConfig = PromotionConfig()
+    download: DownloadConfig
+    incoming: IncomingConfig
+    tokenizer: TokenizerConfig
+    distill: DistillConfig
+    prepare: PrepareConfig
+    warmup_data: WarmupDataConfig
+    warmup_train: WarmupTrainConfig
+    train: TrainConfig
+    decode: DecodeConfig
+    score: ScoreConfig
+    report: ReportConfig
+    serve: ServeConfig
+    mlflow: MlflowConfig
+    promotion: PromotionConfig
 
 
 class FieldError(ConfigError):
@@ -403,6 +400,17 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         return Params.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, path)) from None
+
+
+@cache
+def default_params() -> Params:
+    """The defaults: the `params.yaml` shipped inside the package (a link to the repository's file,
+    copied into a built wheel and into the served model's code), for code run with no params file.
+
+    Raises:
+        ConfigError: the shipped file is missing or invalid (one line).
+    """
+    return load_params(SHIPPED_PARAMS)
 
 
 def flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import SearchConfig
 from pipeline.model.greedy import Cache, Decoder, greedy, log_probs, max_lengths
 
 
@@ -180,7 +180,7 @@ def n_best_hypotheses(hyps: list[Hypothesis], n: int) -> list[Hypothesis]:
 
 @torch.inference_mode()
 def beam_search_n_best(
-    model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig, *, n_best: int
+    model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: SearchConfig, *, n_best: int
 ) -> list[list[Hypothesis]]:
     """Batched beam search: each sentence's `n_best` best finished hypotheses, best first.
 
@@ -231,13 +231,17 @@ def beam_search(
     sentence's best finished hypothesis."""
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
-    cfg = DecodeConfig(
-        beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b
+    cfg = SearchConfig(
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=len(src),
     )
     return [hyps[0].tokens for hyps in beam_search_n_best(model, src, bos_id, eos_id, cfg, n_best=1)]
 
 
-def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: DecodeConfig) -> list[list[int]]:
+def decode_batch(model: Decoder, src: Tensor, bos_id: int, eos_id: int, cfg: SearchConfig) -> list[list[int]]:
     """Greedy when `cfg.beam_size == 1` (identical to a beam of 1, and cheaper), else beam search."""
     if cfg.beam_size == 1:
         return greedy(model, src, bos_id, eos_id, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.config import DecodeConfig, FieldError, Params, load_params, with_updates
+from pipeline.core.config import DecodeConfig, FieldError, Params, default_params, load_params, with_updates
 from pipeline.core.device import pick_device
 from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
 from pipeline.core.git import repo_root
@@ -94,7 +94,7 @@ def version() -> str:
 
 
 def defaults(params_path: Path) -> Params:
-    """The repository's params.yaml when present, else the built-in defaults; a --params file
+    """The repository's params.yaml when present, else the one shipped with the package; a --params file
     given explicitly must exist.
 
     Raises:
@@ -104,7 +104,7 @@ def defaults(params_path: Path) -> Params:
         return load_params(params_path)
     if params_path != DEFAULT_PARAMS:
         raise ConfigError(f"--params {params_path}: no such file")
-    return Params()
+    return default_params()
 
 
 DECODE_FLAGS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "batch_size")

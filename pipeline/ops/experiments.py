@@ -17,7 +17,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from pipeline.core.config import DecodeConfig, Params, flatten, load_params
+from pipeline.core.config import DecodeConfig, default_params, flatten, load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
 from pipeline.core.tables import markdown_table
@@ -201,7 +201,7 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
 
 
 DEFAULT_RECIPE = recipe(
-    flatten(Params().model_dump(mode="json"))
+    flatten(default_params().model_dump(mode="json"))
 )  # knobs a record line predates count at these
 
 

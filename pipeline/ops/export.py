@@ -55,6 +55,7 @@ def register(checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
     if not run_id:
         raise ConfigError(f"{params.train.run_id_file}: no MLflow run id (is mlflow.enabled true?)")
     config = params.decode.settings() | {"max_len": params.train.max_len, "compute_type": "int8"}
+    config |= params.serve.model_dump()
     config |= params.serve.model_dump()  # the request limits, as decode logs them
     version = log_translator(run_id, checkpoint, spm, config, params.mlflow.model_name, ct2_dir=ct2_dir)
     print(f"export: MLflow model {params.mlflow.model_name} v{version} (alias ctranslate2)")

@@ -13,13 +13,12 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from pipeline.core.config import PromotionConfig
+from pipeline.core.config import PromotionConfig, default_params
 from pipeline.core.errors import PipelineError
 from pipeline.tracking import mlflow_tracker, store
 
 REPLACED_TAG = "promotion.replaced"
 ROLLED_BACK_TAG = "rollback.replaced_by"
-DEFAULTS = PromotionConfig()
 
 
 @dataclass(frozen=True)
@@ -122,15 +121,18 @@ def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig
     return decide(cmp, str(candidate.version), str(champion.version), cfg.p_threshold)
 
 
-def promote(model_name: str, refs: list[str], cfg: PromotionConfig = DEFAULTS, lang: str = "de") -> Decision:
+def promote(
+    model_name: str, refs: list[str], cfg: PromotionConfig | None = None, lang: str = "de"
+) -> Decision:
     """Move `champion` to the `candidate` version when it is significantly better on val (`refs`:
-    the val references, in `lang`), or when there is no champion yet. Tags the candidate with the outcome.
+    the val references, in `lang`; `cfg`: params.yaml's `promotion` unless given), or when there is no champion yet. Tags the candidate with the outcome.
 
     Raises:
         PipelineError: no candidate, or its or the champion's run lacks the val translations.
     """
     from pipeline.tracking.registry import version_by_alias
 
+    cfg = cfg or default_params().promotion
     candidate = version_by_alias(model_name, "candidate")
     if candidate is None:
         raise PipelineError(f"MLflow model {model_name!r}: no 'candidate' version (run decode first)")

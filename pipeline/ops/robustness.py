@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import SearchConfig
 from pipeline.core.errors import DataError
 from pipeline.core.io import write_json
 from pipeline.core.metrics import score
@@ -104,7 +104,7 @@ class RobustnessResult:
 
 
 def pass_rate(
-    engine: Engine, cases: list[Case], cfg: DecodeConfig, max_pieces: int = MAX_SRC_PIECES
+    engine: Engine, cases: list[Case], cfg: SearchConfig, max_pieces: int = MAX_SRC_PIECES
 ) -> RobustnessResult:
     """Translate every case (one batched call) and check its properties."""
     per_line = translate_sentences(engine, [c.text for c in cases], cfg, max_pieces=max_pieces)
@@ -117,7 +117,7 @@ def uppercase_bleu(
     en: list[str],
     refs: list[str],
     hyps: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     *,
     max_pieces: int = MAX_SRC_PIECES,
 ) -> tuple[float, float]:

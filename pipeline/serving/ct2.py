@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import SearchConfig
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
@@ -136,7 +136,7 @@ def load_ct2(model_dir: str | Path, compute_type: str = "default", threads: int 
     )
 
 
-def ct2_hypotheses(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[list]:
+def ct2_hypotheses(translator, tokenizer: Tokenizer, sentences: list[str], cfg: SearchConfig) -> list[list]:
     """Per sentence, CTranslate2's `cfg.beam_size` finished hypotheses ranked by our GNMT penalty.
 
     As (piece ids, normalised log-prob), best first (see the module doc); [] for a blank input. Sentences
@@ -171,7 +171,7 @@ def ct2_hypotheses(translator, tokenizer: Tokenizer, sentences: list[str], cfg: 
     return outputs
 
 
-def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: DecodeConfig) -> list[str]:
+def ct2_translate(translator, tokenizer: Tokenizer, sentences: list[str], cfg: SearchConfig) -> list[str]:
     """Translate raw sentences with a CTranslate2 model (a `Translator` or its directory): the best
     of `ct2_hypotheses` per sentence, detokenised, in input order ("" for a blank input)."""
     if isinstance(translator, str | Path):
@@ -213,10 +213,10 @@ class Ct2Engine:
     tokenizer: Tokenizer
     device: str = "cpu"
 
-    def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
+    def translate(self, texts: list[str], cfg: SearchConfig, progress: bool = False) -> list[str]:
         return ct2_translate(self.translator, self.tokenizer, texts, cfg)
 
-    def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
+    def n_best(self, texts: list[str], cfg: SearchConfig, n: int) -> list[list[tuple[str, float]]]:
         check_n_best(n, cfg.beam_size)
         ranked = ct2_hypotheses(self.translator, self.tokenizer, texts, cfg)
         return [[(self.tokenizer.decode(ids), score) for ids, score in hyps[:n]] for hyps in ranked]

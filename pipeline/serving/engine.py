@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import SearchConfig
 from pipeline.data.tokenizer import Tokenizer
 
 
@@ -19,11 +19,11 @@ class Engine(Protocol):
     tokenizer: Tokenizer
     device: str  # "cpu" or "cuda" (what the engine runs on)
 
-    def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
+    def translate(self, texts: list[str], cfg: SearchConfig, progress: bool = False) -> list[str]:
         """One output per text, in order ("" for a blank text), by `cfg`'s search."""
         ...
 
-    def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
+    def n_best(self, texts: list[str], cfg: SearchConfig, n: int) -> list[list[tuple[str, float]]]:
         """The `n` best outputs per text, best first, as (text, length-normalised log-prob under
         the GNMT penalty); [] for a blank text.
 

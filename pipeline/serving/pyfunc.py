@@ -15,12 +15,11 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
 
-from pipeline.core.config import DecodeConfig, FieldError, ServeConfig, with_updates
+from pipeline.core.config import FieldError, SearchConfig, ServeConfig, default_params, with_updates
 from pipeline.core.errors import PipelineError
 from pipeline.core.git import repo_root
 from pipeline.data.tokenizer import SOURCE_WORDS
 from pipeline.serving.translator import (
-    MAX_SRC_PIECES,
     load_ct2_translator,
     load_translator,
     translate_lines,
@@ -88,15 +87,18 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
     translation (`n_best` 0, the default), or with `n_best` = K ≥ 1 the K best as
     `{"rank", "score", "translation"}` (score: the length-normalised log-probability). Loads and
     translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code).
-    The model config is the `DecodeConfig` fields plus `max_len` (the trained source maximum) and
+    The model config is the `SearchConfig` fields plus `max_len` (the trained source maximum) and
     the request limits (`ServeConfig` fields: strings per request, characters per string). With
     a `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the
     config's `compute_type` (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         config = dict(context.model_config or {})
-        self.max_len = int(config.pop("max_len", MAX_SRC_PIECES))
-        self.limits = ServeConfig(**{k: config.pop(k) for k in ServeConfig.model_fields if k in config})
+        defaults = default_params()  # for keys a model logged before they existed
+        self.max_len = int(config.pop("max_len", defaults.train.max_len))
+        self.limits = with_updates(
+            defaults.serve, {k: config.pop(k) for k in ServeConfig.model_fields if k in config}
+        )
         compute_type = config.pop("compute_type", "int8")
         if "ct2" in context.artifacts:  # a CTranslate2 export logged beside the checkpoint
             self.engine = load_ct2_translator(
@@ -104,7 +106,7 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             )
         else:
             self.engine = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
-        self.cfg = DecodeConfig(**config)
+        self.cfg = with_updates(defaults.decode.search(), config)
 
     def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
         """Translate `model_input`; see the class docstring for `params` and the output.
@@ -128,7 +130,7 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             log.exception("translating a request failed")
             raise MlflowException("internal error while translating (see the server's log)") from err
 
-    def translate_in_time(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
+    def translate_in_time(self, lines: list[str], cfg: SearchConfig, n_best: int) -> list[Any]:
         """`lines` translated a chunk at a time (`chunks`), as `predict` returns them.
 
         Raises:
@@ -146,7 +148,7 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             out += self.translate(chunk, cfg, n_best)
         return out
 
-    def translate(self, lines: list[str], cfg: DecodeConfig, n_best: int) -> list[Any]:
+    def translate(self, lines: list[str], cfg: SearchConfig, n_best: int) -> list[Any]:
         """`lines` translated (`n_best` 0) or ranked (`n_best` K), as `predict` returns them."""
         if not n_best:
             return translate_lines(self.engine, lines, cfg, max_pieces=self.max_len)
@@ -174,7 +176,7 @@ def chunks(lines: list[str]) -> list[list[str]]:
     return out
 
 
-def request_config(base: DecodeConfig, params: dict[str, Any]) -> tuple[DecodeConfig, int]:
+def request_config(base: SearchConfig, params: dict[str, Any]) -> tuple[SearchConfig, int]:
     """The decoding settings of one request: `base` with the request's `beam_size` and
     `length_penalty`, validated like params.yaml, and its `n_best` (0 = translations only).
 
@@ -273,8 +275,8 @@ def log_translator(
     """Log the translator pyfunc to run `run_id` and register it as a new version of `model_name`.
 
     The `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) is pointed at the new version.
-    `decode_cfg`: `DecodeConfig` fields, optionally plus `max_len`, `compute_type` and the `ServeConfig`
-    fields (request limits; defaults without them); `ct2_dir`: a CTranslate2 export to decode with.
+    `decode_cfg`: `SearchConfig` fields, optionally plus `max_len`, `compute_type` and the `ServeConfig`
+    fields (request limits; the shipped params.yaml's without them); `ct2_dir`: a CTranslate2 export to decode with.
 
     Returns:
         The version.

@@ -18,7 +18,6 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from pipeline.core.config import ServeConfig
 from pipeline.serving.pyfunc import REQUEST_PARAMS, input_problem, json_kind
 
 MODEL_URI_ENV = "MT_SERVE_MODEL_URI"  # the model each worker loads (`create_app`)
@@ -115,7 +114,7 @@ def one_line(status: int, body: bytes) -> tuple[str, str | None]:
     return lines[0][:MAX_MESSAGE], code
 
 
-def guard(app: FastAPI, max_body_bytes: int = ServeConfig().max_body_bytes) -> FastAPI:
+def guard(app: FastAPI, max_body_bytes: int) -> FastAPI:
     """`app` (MLflow's scoring app) with its requests checked and its error answers one line of JSON.
 
     Returns `app`. A body over `max_body_bytes` gets a 413 without being read to its end.

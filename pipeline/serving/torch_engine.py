@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import SearchConfig
 from pipeline.data.batching import longest_first, pad
 from pipeline.data.tokenizer import Tokenizer
 from pipeline.model.beam import Hypothesis, beam_search_n_best, check_n_best, decode_batch
@@ -22,7 +22,7 @@ def decode_sentences(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     decode: Callable[[Tensor], list],
     *,
     progress: bool = False,
@@ -46,7 +46,7 @@ def translate(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     *,
     device: str | torch.device = "cpu",
     progress: bool = False,
@@ -76,7 +76,7 @@ def translate_n_best(
     model: Transformer | Ensemble,
     tokenizer: Tokenizer,
     sentences: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     *,
     n_best: int,
     device: str | torch.device = "cpu",
@@ -111,8 +111,8 @@ class TorchEngine:
     def __post_init__(self) -> None:
         self.model.eval().to(self.device)
 
-    def translate(self, texts: list[str], cfg: DecodeConfig, progress: bool = False) -> list[str]:
+    def translate(self, texts: list[str], cfg: SearchConfig, progress: bool = False) -> list[str]:
         return translate(self.model, self.tokenizer, texts, cfg, device=self.device, progress=progress)
 
-    def n_best(self, texts: list[str], cfg: DecodeConfig, n: int) -> list[list[tuple[str, float]]]:
+    def n_best(self, texts: list[str], cfg: SearchConfig, n: int) -> list[list[tuple[str, float]]]:
         return translate_n_best(self.model, self.tokenizer, texts, cfg, n_best=n, device=self.device)

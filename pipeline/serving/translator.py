@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.config import DecodeConfig, TrainConfig
+from pipeline.core.config import SearchConfig, default_params
 from pipeline.core.errors import CheckpointError
 from pipeline.data.languages import target
 from pipeline.data.placeholders import PLACEHOLDERS
@@ -42,7 +42,7 @@ from pipeline.serving.spans import NameRule, Representable, Span, find_spans, fo
 from pipeline.serving.torch_engine import TorchEngine
 from pipeline.training.checkpoint import load_model
 
-MAX_SRC_PIECES = TrainConfig().max_len  # source pieces the model saw at most (eos included)
+MAX_SRC_PIECES = default_params().train.max_len  # source pieces the model saw at most (eos included)
 
 
 def load_translator(
@@ -207,7 +207,7 @@ def _by_line(sentences: list[Sentence], texts: list[str], n_lines: int) -> list[
 def translate_sentences(
     engine: Engine,
     lines: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
@@ -237,7 +237,7 @@ def translate_sentences(
 def translate_lines(
     engine: Engine,
     lines: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     *,
     progress: bool = False,
     max_pieces: int = MAX_SRC_PIECES,
@@ -258,7 +258,7 @@ def translate_lines(
 def translate_lines_n_best(
     engine: Engine,
     lines: list[str],
-    cfg: DecodeConfig,
+    cfg: SearchConfig,
     n_best: int,
     *,
     max_pieces: int = MAX_SRC_PIECES,
