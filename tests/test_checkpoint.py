@@ -54,6 +54,18 @@ def test_corrupt_and_foreign_files_are_one_line_errors(tmp_path):
         checkpoint.load(tmp_path / "other.pt")
 
 
+def test_a_checkpoint_older_than_a_model_key_still_loads(tmp_path):
+    state = tiny_weights(0)
+    state["model_cfg"] = {k: v for k, v in state["model_cfg"].items() if k != "act_dropout"}
+    checkpoint.save(tmp_path / "old.pt", state)
+    model, _ = checkpoint.load_model(tmp_path / "old.pt")
+    assert model.cfg == TINY and model.cfg.act_dropout is None
+    del state["model_cfg"]["d_model"]  # a key that was always written: its absence is an error
+    checkpoint.save(tmp_path / "broken.pt", state)
+    with pytest.raises(CheckpointError, match=r"broken.pt: invalid model_cfg \(Field required\)"):
+        checkpoint.load_model(tmp_path / "broken.pt")
+
+
 def test_rng_state_survives_a_weights_only_round_trip(tmp_path):
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     checkpoint.save(tmp_path / "s.pt", {**tiny_weights(0), "rng": checkpoint.rng_state()})

@@ -32,6 +32,9 @@ from pipeline.training.ema import EMA
 TRAINER_LOCK = ".trainer.lock"  # in the checkpoint folder (.dvcignore keeps it out of the output's hash)
 MODEL_KEYS = ("model", "model_cfg", "vocab_size", "pad_id", "bos_id", "eos_id")
 TOKENIZER_KEY = "spm_sha256"  # optional: the SHA-256 of the spm.model the weights were trained with
+# Model config keys added after checkpoints were first written, each with the value that rebuilds the
+# model an older checkpoint was trained as (before `act_dropout`, the FFN's ReLU used `dropout`).
+ADDED_MODEL_KEYS = {"act_dropout": None}
 
 
 def save(path: str | Path, state: dict, spm_sha256: str | None = None) -> Path:
@@ -81,13 +84,14 @@ def weights(model: Transformer) -> dict:
 
 
 def build_model(state: dict, path: str | Path = "<checkpoint>") -> Transformer:
-    """Rebuild the `Transformer` a checkpoint describes and load its weights (eval mode, CPU).
+    """Rebuild the `Transformer` a checkpoint describes and load its weights (eval mode, CPU); a key
+    its config predates takes its `ADDED_MODEL_KEYS` value.
 
     Raises:
         CheckpointError: the config is invalid or the weights belong to another architecture.
     """
     try:
-        cfg = ModelConfig.model_validate(state["model_cfg"])
+        cfg = ModelConfig.model_validate(ADDED_MODEL_KEYS | state["model_cfg"])
     except ValidationError as exc:
         raise CheckpointError(f"{path}: invalid model_cfg ({exc.errors()[0]['msg']})") from None
     model = Transformer(cfg, state["vocab_size"], state["pad_id"])
