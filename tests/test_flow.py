@@ -20,7 +20,7 @@ from markdown_tables import table_rows
 
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.ops.flow.cli import main
-from pipeline.ops.flow.summary import describe_case, outcome_tags, summary_markdown
+from pipeline.ops.flow.summary import describe_case, incoming_config, outcome_tags, summary_markdown
 from pipeline.ops.flow.tasks import deployment
 from pipeline.ops.promotion import Comparison, decide
 
@@ -480,3 +480,19 @@ def test_train_progress_streams_into_the_task_log(smoke_before_train, harness, m
     ended = (work / "reports/train_summary.json").stat().st_mtime  # written as the stage ends
     assert progress[0].timestamp.timestamp() < ended  # logged while training went on
     assert logs[-1].message == "stage train: ran"
+
+
+def test_an_incoming_section_missing_a_key_is_one_line(tmp_path: Path) -> None:
+    from pipeline.core.errors import ConfigError
+
+    path = write_changed_params(tmp_path / "params.yaml")
+    assert incoming_config(tmp_path).in_dir == "data/incoming"
+    raw = yaml.safe_load(path.read_text())
+    del raw["incoming"]["in_dir"]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=rf"^{path}: incoming.in_dir: Field required$"):
+        incoming_config(tmp_path)
+    del raw["incoming"]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=rf"^{path}: incoming: Input should be a valid dictionary"):
+        incoming_config(tmp_path)

@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from pipeline.core.config import IncomingConfig
-from pipeline.core.errors import DataError
+from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.tables import markdown_table
 from pipeline.data.incoming import broken_links
 
@@ -22,11 +24,22 @@ NO_PROMOTION = "mlflow disabled: nothing to promote"
 
 def incoming_config(repo: str | Path) -> IncomingConfig:
     """Only the `incoming` section of the repository's `params.yaml`, validated: a bad value
-    elsewhere is for the stage that reads it to report, in its own words."""
+    elsewhere is for the stage that reads it to report, in its own words.
+
+    Raises:
+        ConfigError: the section is missing or invalid (one line naming the field).
+    """
     import yaml
 
-    raw = yaml.safe_load((Path(repo) / "params.yaml").read_text(encoding="utf-8")) or {}
-    return IncomingConfig.model_validate(raw.get("incoming") or {})
+    path = Path(repo) / "params.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        return IncomingConfig.model_validate(raw.get("incoming"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(
+            f"{path}: {'.'.join(['incoming', *map(str, first['loc'])])}: {first['msg']}"
+        ) from None
 
 
 def check_incoming_links(repo: str | Path) -> None:
