@@ -69,7 +69,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "train": {"optim": {"max_tokens": 300}},
         "decode": {"batch_size": 4},
     }
-    write_changed_params((root / "params.yaml"), params)
+    write_changed_params(root / "params.yaml", params)
     return root
 
 

@@ -217,7 +217,7 @@ def test_real_mirror_other_targets(lang: str, tmp_path: Path, capsys) -> None:
     from stages import download
 
     section = {"out_dir": "data/multi30k", "max_train_pairs": 5, "max_eval_pairs": 5, "tgt_lang": lang}
-    write_changed_params((tmp_path / "params.yaml"), {"download": section})
+    write_changed_params(tmp_path / "params.yaml", {"download": section})
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
         mp.setenv(MIRROR_ENV, str(MIRROR))
@@ -235,7 +235,7 @@ def test_download_stage_smoke_run(tmp_path: Path, monkeypatch) -> None:
     from stages import download
 
     section = {"out_dir": "data/multi30k", "max_train_pairs": 500, "max_eval_pairs": 100}
-    write_changed_params((tmp_path / "params.yaml"), {"download": section})
+    write_changed_params(tmp_path / "params.yaml", {"download": section})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(MIRROR_ENV, str(MIRROR))
     download.main()

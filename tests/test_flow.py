@@ -143,7 +143,7 @@ def tiny_repo(tmp_path_factory) -> Path:
     )
     (repo / "data/incoming").mkdir()
     (repo / "data/incoming/README.md").write_text("drop *.tsv files here\n")
-    write_changed_params((repo / "params.yaml"), {"mlflow": {"enabled": False}})
+    write_changed_params(repo / "params.yaml", {"mlflow": {"enabled": False}})
     (repo / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False))
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=repo, check=True)
     return repo

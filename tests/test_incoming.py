@@ -170,7 +170,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
         }
     )
     save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
-    write_changed_params((tmp_path / "params.yaml"), {"download": {"out_dir": "data/multi30k"}})
+    write_changed_params(tmp_path / "params.yaml", {"download": {"out_dir": "data/multi30k"}})
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

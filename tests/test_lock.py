@@ -85,7 +85,7 @@ def test_the_warmup_stage_takes_the_lock_before_training(tmp_path: Path, monkeyp
             "optim": {"max_steps": 2, "val_every": 2, "max_tokens": 400},
         },
     }
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     monkeypatch.chdir(tmp_path)
     warmup_data.main()
     with trainer_lock(tmp_path / "models/warmup"):

@@ -122,7 +122,7 @@ def test_score_stage_writes_an_empty_file_for_a_split_the_language_lacks(tmp_pat
         "score": {"scores_dir": "reports", "facts_json": "facts.json"},
         "train": {"run_id_file": "run_id.txt"},
     }
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     for s in ("val", "test_2016_flickr"):
         translation_path(tmp_path / "tr", s, "cs").parent.mkdir(exist_ok=True)
         translation_path(tmp_path / "tr", s, "cs").write_text("".join(line + "\n" for line in cs))

@@ -19,7 +19,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "train": {"model_file": "models/transformer/model.pt"},
         "distill": {"teacher_dir": "models/teacher"},
     }
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     return tmp_path
 
 

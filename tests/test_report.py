@@ -160,7 +160,7 @@ def write_fake_run(root: Path, tok: Tokenizer) -> dict[str, Path]:
             "time_machine_tsv": str(TIME_MACHINE),
         },
     }
-    write_changed_params((root / "params.yaml"), params)
+    write_changed_params(root / "params.yaml", params)
     (root / "spm").mkdir()
     (root / "spm" / "spm.model").write_bytes(tok.sp.serialized_model_proto())
     lengths = [4, 8, 12, 14, 18, 23, 30, 6]

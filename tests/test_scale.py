@@ -36,7 +36,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "download": {"out_dir": str(root / "corpus"), "tgt_lang": "de"},
         "tokenizer": {"out_dir": str(root / "spm")},
     }
-    write_changed_params((root / "params.yaml"), params)
+    write_changed_params(root / "params.yaml", params)
     return root
 
 

@@ -139,7 +139,7 @@ def test_load_test_reports_latency_and_throughput_without_errors(server, tmp_pat
 
     en = ["A man walks in the park.", "Two children play near 5 trees."]
     save_dataset_dict(DatasetDict(val=Dataset.from_dict({"en": en, "de": ["", ""]})), tmp_path / "corpus")
-    write_changed_params((tmp_path / "params.yaml"), {"download": {"out_dir": str(tmp_path / "corpus")}})
+    write_changed_params(tmp_path / "params.yaml", {"download": {"out_dir": str(tmp_path / "corpus")}})
     argv = [
         "--port",
         str(server),

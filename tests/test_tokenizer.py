@@ -114,7 +114,7 @@ def test_stage_trains_on_train_split_only(tmp_path: Path, monkeypatch) -> None:
     )
     save_dataset_dict(corpus, tmp_path / "data" / "multi30k")
     params = {"download": {"out_dir": "data/multi30k"}, "tokenizer": {"vocab_size": 100, "out_dir": "spm"}}
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     monkeypatch.chdir(tmp_path)
     stage.main()
     tok = Tokenizer.load(tmp_path / "spm" / "spm.model")

@@ -116,7 +116,7 @@ def test_stage_writes_the_splits(tmp_path, monkeypatch) -> None:
         "n_test": 10,
         "seed": 1,
     }
-    write_changed_params((tmp_path / "params.yaml"), {"warmup_data": section})
+    write_changed_params(tmp_path / "params.yaml", {"warmup_data": section})
     monkeypatch.chdir(tmp_path)
     warmup_data.main()
     ds = load_corpus(tmp_path / "out" / "warmup")
@@ -138,7 +138,7 @@ def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) 
         "warmup_train": {"threshold": 0.0, "model": tiny, "optim": optim},
         "decode": {"batch_size": 4, "max_len_b": 3},
     }
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     monkeypatch.chdir(tmp_path)
     warmup_data.main()
     warmup_train.main()
@@ -150,7 +150,7 @@ def test_train_stage_writes_numbers_as_metrics_and_gates(tmp_path, monkeypatch) 
     assert (tmp_path / "reports" / "warmup_log.csv").read_text().count("\n") == 3  # header + steps 2, 4
     assert facts["stopped_by"] == "max_steps"
     params["warmup_train"]["threshold"] = 1.0  # unreachable in 4 steps: the gate fails (nothing retrained)
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     with pytest.raises(PipelineError, match="warmup gate failed: test exact match 0.0000 < 1.0"):
         warmup_train.main()
 
@@ -188,13 +188,13 @@ def test_warmup_gate_ends_by_steps_however_slow_the_machine(tmp_path, monkeypatc
         "decode": {"batch_size": 4, "max_len_b": 3},
     }
     monkeypatch.chdir(tmp_path)
-    write_changed_params((tmp_path / "params.yaml"), params)
+    write_changed_params(tmp_path / "params.yaml", params)
     warmup_data.main()
 
     def run(max_minutes: float | None, clock: SlowClock | None) -> tuple[dict, dict]:
         cap = {} if max_minutes is None else {"max_minutes": max_minutes}
         params["warmup_train"]["optim"] = optim | cap
-        write_changed_params((tmp_path / "params.yaml"), params)
+        write_changed_params(tmp_path / "params.yaml", params)
         shutil.rmtree(tmp_path / "models", ignore_errors=True)  # a fresh run, not a continued one
         with monkeypatch.context() as m:
             if clock:
