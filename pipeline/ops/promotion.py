@@ -124,8 +124,10 @@ def _compare_versions(champion, candidate, refs: list[str], cfg: PromotionConfig
 def promote(
     model_name: str, refs: list[str], cfg: PromotionConfig | None = None, lang: str = "de"
 ) -> Decision:
-    """Move `champion` to the `candidate` version when it is significantly better on val (`refs`:
-    the val references, in `lang`; `cfg`: params.yaml's `promotion` unless given), or when there is no champion yet. Tags the candidate with the outcome.
+    """Move `champion` to the `candidate` version when it is significantly better on val, or when
+    there is no champion yet; tag the candidate with the outcome.
+
+    `refs`: the val references, in `lang`; `cfg`: params.yaml's `promotion` section unless given.
 
     Raises:
         PipelineError: no candidate, or its or the champion's run lacks the val translations.
