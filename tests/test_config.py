@@ -8,11 +8,12 @@ from typing import get_args
 
 import pytest
 import yaml
+from from_params import write_changed_params
 from pydantic import BaseModel
 
 from pipeline.core.config import MAX_BEAM_SIZE, Params, Section, default_params, load_params
 from pipeline.core.errors import ConfigError
-from pipeline.ops.overrides import merge_params, read_yaml
+from pipeline.ops.overrides import read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,17 +57,6 @@ def test_a_missing_key_is_named(tmp_path):
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     with pytest.raises(ConfigError, match=rf"^{path}: train.optim.warmup_steps: Field required$"):
         load_params(path)
-
-
-def write_changed(path: Path, text: str) -> None:
-    """The repository's params.yaml with the mapping `text` merged over it (any other text as it is)."""
-    try:
-        change = yaml.safe_load(text)
-    except yaml.YAMLError:
-        change = None
-    if isinstance(change, dict):
-        text = yaml.safe_dump(merge_params(read_yaml(REPO / "params.yaml"), change))
-    path.write_text(text, encoding="utf-8")
 
 
 # (case id, file text, substrings the one-line message must contain besides the path)
@@ -117,7 +107,7 @@ BAD = [
 @pytest.mark.parametrize("text, expected", [(t, e) for _, t, e in BAD], ids=[i for i, _, _ in BAD])
 def test_bad_params_raise_one_line_config_error(tmp_path, text, expected):
     path = tmp_path / "params.yaml"
-    write_changed(path, text)
+    write_changed_params(path, text)
     with pytest.raises(ConfigError) as info:
         load_params(path)
     message = str(info.value)
@@ -162,14 +152,14 @@ def nested(dotted: str, value: object) -> dict:
 @pytest.mark.parametrize("field", numeric_fields())
 def test_no_numeric_field_takes_a_boolean(tmp_path, field):
     path = tmp_path / "params.yaml"
-    write_changed(path, yaml.safe_dump(nested(field, True)))
+    write_changed_params(path, yaml.safe_dump(nested(field, True)))
     with pytest.raises(ConfigError, match=rf"^{path}: {field}: Input should be a valid \w+, not a boolean$"):
         load_params(path)
 
 
 def test_booleans_stay_booleans_and_a_float_field_takes_an_integer(tmp_path):
     path = tmp_path / "params.yaml"
-    write_changed(path, "train: {model: {pre_norm: true}, optim: {peak_lr: 1, max_minutes: 2}}\n")
+    write_changed_params(path, "train: {model: {pre_norm: true}, optim: {peak_lr: 1, max_minutes: 2}}\n")
     params = load_params(path)
     assert params.train.model.pre_norm is True
     assert params.train.optim.peak_lr == 1.0 and params.train.optim.max_minutes == 2.0

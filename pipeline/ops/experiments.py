@@ -200,9 +200,9 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
     return {"baseline": baseline, "p_vs_baseline": round(cmp.p_value, 4)}
 
 
-DEFAULT_RECIPE = recipe(
-    flatten(default_params().model_dump(mode="json"))
-)  # knobs a record line predates count at these
+def default_recipe() -> dict:
+    """The recipe params of params.yaml: a knob a record line predates counts at its value here."""
+    return recipe(flatten(default_params().model_dump(mode="json")))
 
 
 def changed(row: dict, baseline: dict | None) -> str:
@@ -210,7 +210,7 @@ def changed(row: dict, baseline: dict | None) -> str:
     knob one of them predates counts at today's default (new knobs default to the old behaviour)."""
     if baseline is None or baseline is row:
         return ""
-    mine, theirs = DEFAULT_RECIPE | row["params"], DEFAULT_RECIPE | baseline["params"]
+    mine, theirs = default_recipe() | row["params"], default_recipe() | baseline["params"]
     keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     return ", ".join(f"{k.removeprefix('train.')}={mine.get(k)}" for k in keys)
 

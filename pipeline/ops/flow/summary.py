@@ -14,6 +14,7 @@ from pipeline.core.config import IncomingConfig
 from pipeline.core.errors import ConfigError, DataError
 from pipeline.core.tables import markdown_table
 from pipeline.data.incoming import broken_links
+from pipeline.ops.overrides import read_yaml
 
 if TYPE_CHECKING:
     from pipeline.ops.promotion import Decision
@@ -29,10 +30,8 @@ def incoming_config(repo: str | Path) -> IncomingConfig:
     Raises:
         ConfigError: the section is missing or invalid (one line naming the field).
     """
-    import yaml
-
     path = Path(repo) / "params.yaml"
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = read_yaml(path)
     try:
         return IncomingConfig.model_validate(raw.get("incoming"))
     except ValidationError as exc:
