@@ -21,10 +21,11 @@ import torch
 import yaml
 from datasets import DatasetDict
 
-from pipeline.core.config import FieldError, ModelConfig, Params, load_params, with_updates
+from pipeline.core.config import ModelConfig, Params
 from pipeline.core.device import cpu_name
 from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
+from pipeline.core.params_file import FieldError, load_params, with_updates
 from pipeline.core.tables import markdown_table
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file

@@ -13,9 +13,9 @@ import datasets
 import torch
 
 from bench.common import command_line, record, timed_result
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.metrics import score
+from pipeline.core.params_file import load_params
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.ct2 import ct2_translate, export_ctranslate2, load_ct2

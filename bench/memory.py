@@ -34,7 +34,8 @@ from pipeline.data.batching import Pair, make_batches
 from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
 from pipeline.serving.torch_engine import translate
-from pipeline.training.loop import encode_pairs, make_optimizer
+from pipeline.training.loop import make_optimizer
+from pipeline.training.validation import encode_pairs
 
 
 def peak_rss_mb() -> float:

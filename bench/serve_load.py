@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from bench.common import command_line, record
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
+from pipeline.core.params_file import load_params
 from pipeline.serving.mlflow_server import post, served
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench import naive, nn_transformer
@@ -38,7 +38,8 @@ from pipeline.data.batching import Pair, collate, make_batches
 from pipeline.model.flops import train_step_flops
 from pipeline.model.transformer import Transformer
 from pipeline.training import loop
-from pipeline.training.loop import RunContext, encode_pairs, label_smoothed_loss, make_optimizer
+from pipeline.training.loop import RunContext, make_optimizer
+from pipeline.training.validation import encode_pairs
 
 GAP_LIMIT = 1e-4  # largest logit difference (fp32) for a model to count as computing ours' function
 
@@ -79,7 +80,13 @@ def baseline_step(
     opt.zero_grad(set_to_none=True)
     with autocast(batch.src.device, bf16):
         logits, target = model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten()
-    loss = label_smoothed_loss(logits, target, model.pad_id, optim.label_smoothing)
+    loss = F.cross_entropy(  # the unfused loss: fp32 logits [N, V], then label-smoothed cross-entropy
+        logits.float(),
+        target,
+        ignore_index=model.pad_id,
+        label_smoothing=optim.label_smoothing,
+        reduction="sum",
+    )
     (loss / batch.tokens).backward()
     nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
     opt.step()
@@ -92,9 +99,7 @@ def step_of(runner: Runner, batch: Batch, optim: OptimConfig) -> Callable[[], ob
     (logits at non-pad positions only); baselines take `baseline_step`.
     """
     if type(getattr(runner.model, "_orig_mod", runner.model)) is Transformer:
-        run = RunContext(
-            Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16, fused_loss=runner.fused_loss
-        )
+        run = RunContext(Path(), Path(), "bench", device=batch.src.device, bf16=runner.bf16)
         micro_batches = [[batch.src, batch.tgt_in, batch.tgt_out]]
         return partial(
             loop.train_step, runner.model, runner.opt, micro_batches, lr=optim.peak_lr, cfg=optim, run=run
@@ -118,8 +123,6 @@ class Runner:
     seconds: list[float] = field(default_factory=list)
     first_step: float = 0.0  # the untimed first step (compilation, for a compiled model)
     logit_gap: float | None = None  # largest |logit - ours'| on the probe batch (None: not checked)
-    fused_loss: bool = True  # ours: the loss fused with the vocabulary projection (the trainer's way)
-    around_step: Callable[[], AbstractContextManager] = nullcontext  # entered for each of its steps
 
 
 @dataclass
@@ -218,8 +221,7 @@ def race_lanes(runners: list[Runner], lanes: list[list[Batch]], warmup: int, opt
     for i in range(len(lanes[0])):
         k = i % len(pairs)
         for r, lane in pairs[k:] + pairs[:k]:
-            with r.around_step():
-                seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
+            seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
             if i >= warmup:
                 r.seconds.append(seconds)
             elif i == 0:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import Params, load_params
+from pipeline.core.config import Params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_text
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data import time_machine as tm
 from pipeline.data import translations as tr
 from pipeline.data.languages import target
@@ -26,15 +29,20 @@ from pipeline.serving.engine import Engine
 from pipeline.serving.translator import load_translator, translate_lines
 from pipeline.tracking.mlflow_tracker import run_of, translation_artifact
 from pipeline.tracking.registry import describe_version
+from pipeline.tracking.store import check_store
 
 ROBUSTNESS_SPLIT = "test_2016_flickr"  # its upper-cased source is the casing figure
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
     # registering the model downloads its artifacts: MLflow's progress bars only clutter DVC's log
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    params = load_params()
+    params = stage_params(argv)
+    if params.mlflow.enabled:
+        check_store()  # before minutes of translating, not after
     cfg, max_len, out_dir = params.decode, params.train.max_len, Path(params.decode.translations_dir)
     spm_model, model = model_file(params.tokenizer.out_dir), Path(params.train.model_file)
     engine = load_translator(model, spm_model, pick_device("auto"), ensemble=params.decode.ensemble)
@@ -92,4 +100,4 @@ def robustness_figures(engine: Engine, split, hyps: list[str], params: Params) -
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

@@ -7,18 +7,24 @@ URL) is tried before the canonical URL; every file is checked against its pinned
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 import datasets
 
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.multi30k import build_corpus, resolve_sources, skipped_splits
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
     """Fetch, validate and store the EN→`download.tgt_lang` corpus; prints the pairs kept per split
     and the splits that language lacks."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
-    cfg = load_params().download
+    cfg = stage_params(argv).download
     for message in skipped_splits(cfg.tgt_lang):
         print(f"download: {message}")
     corpus = build_corpus(
@@ -33,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

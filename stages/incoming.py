@@ -6,21 +6,25 @@ A bad file is a one-line error and nothing is written.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.incoming import ignored_entries, merge_folder
 from pipeline.data.multi30k import TRAIN_SPLIT, load_corpus
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
-    params = load_params()
+    params = stage_params(argv)
     cfg, incoming_dir = params.download, Path(params.incoming.in_dir)
     merged_jsonl, counts_json = Path(params.incoming.out_jsonl), Path(params.incoming.metrics_json)
     corpus, tgt = load_corpus(cfg.out_dir), cfg.tgt_lang
@@ -43,4 +47,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

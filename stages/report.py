@@ -8,15 +8,18 @@ absent. Writes `report.page_md` (`pipeline.ops.report.page`) and the PNGs in `re
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import load_params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_text
 from pipeline.core.metrics import bleu_by_length
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.multi30k import skipped_splits
 from pipeline.data.tokenizer import model_file
 from pipeline.ops.report import figures, page
@@ -24,9 +27,11 @@ from pipeline.ops.report.inputs import load_inputs
 from pipeline.serving.translator import load_translator
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
-    params = load_params()
+    params = stage_params(argv)
     page_md, fig_dir = Path(params.report.page_md), Path(params.report.figures_dir)
     engine = load_translator(
         Path(params.train.model_file), model_file(params.tokenizer.out_dir), pick_device("auto")
@@ -45,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 
-from pipeline.core.config import flatten, load_params
 from pipeline.core.errors import DataError, run_main
 from pipeline.core.io import write_json
 from pipeline.core.metrics import split_scores
+from pipeline.core.params_file import flatten, stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.multi30k import load_corpus, skipped_splits
 from pipeline.data.translations import (
     EVAL_SPLITS,
@@ -24,11 +27,16 @@ from pipeline.data.translations import (
 )
 from pipeline.tracking.mlflow_tracker import run_of
 from pipeline.tracking.registry import tag_candidate
+from pipeline.tracking.store import check_store
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
-    params = load_params()
+    params = stage_params(argv)
+    if params.mlflow.enabled:
+        check_store()
     translations_dir, scores_dir = Path(params.decode.translations_dir), Path(params.score.scores_dir)
     facts_json, run_id_file = Path(params.score.facts_json), Path(params.train.run_id_file)
     corpus, tgt = load_corpus(params.download.out_dir), params.download.tgt_lang
@@ -58,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

@@ -8,12 +8,15 @@ training words, lower-cased: translation protects capitalised words not in it as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 
 from datasets import DatasetDict
 
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
+from pipeline.core.io import remove_stale_temps
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.multi30k import SRC_LANG, TRAIN_SPLIT, load_corpus
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer, write_source_words
 
@@ -24,9 +27,12 @@ def train_sentences(corpus: DatasetDict, tgt_lang: str = "de") -> Iterator[str]:
         yield from corpus[TRAIN_SPLIT][lang]
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
     """Train and save the tokenizer; prints its vocabulary size."""
-    params = load_params()
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
+    params = stage_params(argv)
+    remove_stale_temps(params.tokenizer.out_dir)  # a killed run's; DVC keeps the folder (persist)
     corpus = load_corpus(params.download.out_dir)
     model_path = train_tokenizer(
         train_sentences(corpus, params.download.tgt_lang), params.tokenizer.out_dir, params.tokenizer
@@ -36,4 +42,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

@@ -9,30 +9,36 @@ weights (`pipeline.training.warm_start`); above one process it relaunches itself
 from __future__ import annotations
 
 import contextlib
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 
 from pipeline.core import device as dev
-from pipeline.core.config import load_params
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_json
+from pipeline.core.params_file import stage_params
 from pipeline.core.run_id import write_run_id
+from pipeline.core.signals import die_with_parent
 from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file, model_sha256
-from pipeline.tracking import train_run
+from pipeline.tracking import store, train_run
 from pipeline.tracking.tracker import finishing
-from pipeline.training import checkpoint, distributed, final_model, loop, shadow, stopping, warm_start
+from pipeline.training import checkpoint, distributed, final_model, loop, shadow, validation, warm_start
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
     datasets.disable_progress_bars()
-    params = load_params()
+    params = stage_params(argv)
     cfg = params.train
     if distributed.wants_torchrun(cfg.dist):
-        raise SystemExit(distributed.relaunch(cfg.dist, "stages.train", []))
-    stopping.die_with_parent()  # DVC killed: SIGTERM, so the run saves last.pt and ends, not orphaned
+        raise SystemExit(distributed.relaunch(cfg.dist, "stages.train", sys.argv[1:]))
+    die_with_parent()  # DVC killed: SIGTERM, so the run saves last.pt and ends, not orphaned
+    if params.mlflow.enabled:
+        store.check_store()
     spm_model = model_file(params.tokenizer.out_dir)
     tok = Tokenizer.load(spm_model)
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
@@ -43,7 +49,7 @@ def main() -> None:
             tgt = params.download.tgt_lang
             val = load_corpus(params.download.out_dir)["val"][: cfg.val_max_sentences]  # {"en", tgt}: lists
             pairs = TokenizedCorpus.open(params.prepare.out_dir, model_sha256(spm_model), tok.vocab_size)
-            bleu = loop.bleu_validation(
+            bleu = validation.bleu_validation(
                 tok, val, params.decode, max_tokens=cfg.optim.max_tokens, device=device, tgt=tgt
             )
             model = loop.new_model(cfg.model, tok.vocab_size, tok.pad_id, cfg.optim.seed)
@@ -58,17 +64,17 @@ def main() -> None:
                 init_from=init_from,
                 spm_sha256=model_sha256(spm_model),
             )
-            fingerprint = checkpoint.fingerprint(loop.run_identity(model, cfg.optim, run))
-            if world.is_main and (step := shadow.restore(run.out_dir, fingerprint)) is not None:
+            state = loop.start(model, cfg.optim, run)  # the optimizer, the weight average, the identity
+            if world.is_main and (step := shadow.restore(run.out_dir, state.fingerprint)) is not None:
                 copy = shadow.shadow_dir(run.out_dir)
                 print(f"{run.out_dir}: restored at step {step} from {copy} (DVC had reset the folder)")
             if world.is_main and params.mlflow.enabled:
                 start = train_run.TrainStart(run.data_id, len(pairs), str(device), init_from)
-                run.tracker = train_run.start_train_run(params, run.out_dir, fingerprint, start)
+                run.tracker = train_run.start_train_run(params, run.out_dir, state.fingerprint, start)
             with finishing(run.tracker):
-                progress = loop.train(model, pairs, bleu, cfg.optim, run)
+                loop.train(model, pairs, bleu, state)
                 if world.is_main:
-                    metrics, facts = final_model.save_final_model(model, progress, bleu, cfg, run)
+                    metrics, facts = final_model.save_final_model(model, state, bleu, cfg)
                     facts["train_pairs"] = len(pairs)
                     for path, content in ((cfg.metrics_json, metrics), (cfg.facts_json, facts)):
                         write_json(path, content)
@@ -79,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

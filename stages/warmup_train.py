@@ -8,26 +8,31 @@ the per-validation log, the metrics (`metrics_json`: exact_match, steps, minutes
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import datasets
 
 from pipeline.core import device as dev
-from pipeline.core.config import load_params
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_json
+from pipeline.core.params_file import stage_params
+from pipeline.core.signals import die_with_parent
 from pipeline.data.corpus import TokenizedCorpus
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.warmup import WarmupVocab, encode
 from pipeline.training import checkpoint
-from pipeline.training.final_model import stopped_by, summary
-from pipeline.training.loop import RunContext, new_model, train
+from pipeline.training.final_model import choose, stopped_by, summary
+from pipeline.training.loop import RunContext, new_model, start, train
 from pipeline.training.validation import Validation, exact_match
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> None:
+    """Run the stage; `argv`: its `-S section.key=value` overrides (`stage_params`)."""
+    die_with_parent()  # DVC killed: SIGTERM ends this stage, not left running orphaned
     datasets.disable_progress_bars()
-    params = load_params()
+    params = stage_params(argv)
     cfg, data, vocab = params.warmup_train, load_corpus(params.warmup_data.out_dir), WarmupVocab()
     device, bf16 = dev.setup(cfg.optim.device, cfg.optim.precision, cfg.optim.threads)
     val, test = (  # loss, and the exact match of greedy outputs
@@ -47,9 +52,9 @@ def main() -> None:
     run = RunContext(Path(cfg.out_dir), Path(cfg.log_csv), pairs.digest(), device=device, bf16=bf16)
     model = new_model(cfg.model, vocab.vocab_size, vocab.pad_id, cfg.optim.seed)
     with checkpoint.trainer_lock(run.out_dir):
-        progress = train(model, pairs, val, cfg.optim, run)
-    state, choice = checkpoint.final_model(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
-    test_match = test.score(checkpoint.build_model(state))
+        progress = train(model, pairs, val, start(model, cfg.optim, run))
+    weights, choice = choose(run.out_dir, progress.kept, cfg.optim.average_last, val.score)
+    test_match = test.score(checkpoint.build_model(weights))
     s = summary(progress)
     write_json(cfg.metrics_json, {"exact_match": test_match, "steps": s["steps"], "minutes": s["minutes"]})
     stop = stopped_by(progress, cfg.optim)
@@ -63,4 +68,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: main(sys.argv[1:]))

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.core.config import SHIPPED_PARAMS, Params, S, Section, default_params, with_updates
+from pipeline.core.config import Params, S, Section
+from pipeline.core.params_file import SHIPPED_PARAMS, default_params, with_updates
 from pipeline.ops.overrides import merge_params, read_yaml
 
 

@@ -3,7 +3,7 @@
 Used by `test_layers.py`: module names are dotted (`pipeline.model.beam`), files are paths
 relative to the repository root. Every import counts, function-local ones included, so a
 deferred import is a dependency like any other. `python tests/import_graph.py` rewrites the `.py`
-deps of every stage in `dvc.yaml` to what its module imports (the stage file first, then sorted).
+deps of every stage in `dvc.yaml` and the recipes' to what its module imports (the stage file first, then sorted).
 """
 
 from __future__ import annotations
@@ -96,14 +96,18 @@ def code_deps(module: str) -> set[str]:
     return {str(f) for f in files if f.name != "__init__.py"}
 
 
-def stage_modules(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, str]:
+PIPELINES = ("dvc.yaml", "recipes/distill/dvc.yaml")  # the default pipeline and the recipe's
+
+
+def stage_modules(dvc_yaml: str = "dvc.yaml") -> dict[str, str]:
     """Stage name -> the module its command runs (`python -m stages.X`), as DVC reads `dvc_yaml`
-    with the params.yaml beside it (`pipeline.ops.dvc_index`)."""
-    stages = read_stages(dvc_yaml.parent)
+    (relative to the repository root) with its params (`pipeline.ops.dvc_index`)."""
+    stages = read_stages(ROOT, dvc_yaml)
     return {name: STAGE_CMD.search(stage.cmd).group(1) for name, stage in stages.items()}
 
 
-DEPS_BLOCK = re.compile(r"^    deps:(?: \[[^\]]*\]|(?:\n      - .*)*)$", re.MULTILINE)
+# A stage's deps: a flow list or a block list, at a stage's indent (4) or inside a `foreach`'s `do:` (6).
+DEPS_BLOCK = re.compile(r"^( {4}| {6})deps:(?: \[[^\]]*\]|(?:\n\1  - .*)*)$", re.MULTILINE)
 
 
 def flow_list(items: list[str], indent: str = "      ", width: int = 110) -> str:
@@ -118,23 +122,28 @@ def flow_list(items: list[str], indent: str = "      ", width: int = 110) -> str
     return "[\n" + "\n".join(indent + text for text in [*lines, line]) + "]"
 
 
-def write_stage_deps(dvc_yaml: Path = ROOT / "dvc.yaml") -> None:
+def write_stage_deps(dvc_yaml: str = "dvc.yaml") -> None:
     """Replace each stage's `.py` deps in `dvc_yaml` by `code_deps` of its module (the stage file
-    first, then sorted), before its other deps, as one wrapped flow list; the rest is kept."""
+    first, then sorted), before its other deps, as one wrapped flow list; the rest is kept. A
+    `foreach` stage's deps are those of its first expansion (`teacher@3` for `teacher`)."""
+    path = ROOT / dvc_yaml
     modules = stage_modules(dvc_yaml)
-    stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
-    blocks = iter(DEPS_BLOCK.finditer(dvc_yaml.read_text(encoding="utf-8")))
-    text = dvc_yaml.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
+    stages = yaml.safe_load(text)["stages"]
+    blocks = iter(DEPS_BLOCK.finditer(text))
     out, pos = [], 0
-    for name in stages:
+    for name, stage in stages.items():
         match = next(blocks)
-        code = sorted(code_deps(modules[name]), key=lambda f: (not f.startswith("stages/"), f))
-        data = [d for d in stages[name].get("deps") or [] if not d.endswith(".py")]
-        out += [text[pos : match.start()], "    deps: " + flow_list(code + data)]
+        module = next(m for n, m in modules.items() if n.split("@")[0] == name)
+        code = sorted(code_deps(module), key=lambda f: (not f.startswith("stages/"), f))
+        data = [d for d in stage.get("do", stage).get("deps") or [] if not d.endswith(".py")]
+        indent = match.group(1)
+        out += [text[pos : match.start()], f"{indent}deps: " + flow_list(code + data, indent + "  ")]
         pos = match.end()
-    dvc_yaml.write_text("".join(out) + text[pos:], encoding="utf-8")
+    path.write_text("".join(out) + text[pos:], encoding="utf-8")
 
 
 if __name__ == "__main__":
-    write_stage_deps()
-    print("dvc.yaml: stage deps rewritten from the import graph")
+    for pipeline in PIPELINES:
+        write_stage_deps(pipeline)
+        print(f"{pipeline}: stage deps rewritten from the import graph")

@@ -11,7 +11,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,8 +24,9 @@ from from_params import from_params, write_changed_params
 from tiny_translator import model_flags
 from toy_train import pairs, toy_run
 
-from pipeline.core.config import SHIPPED_PARAMS, ModelConfig, Params, TokenizerConfig
+from pipeline.core.config import ModelConfig, Params, TokenizerConfig
 from pipeline.core.errors import Stopped, run_main
+from pipeline.core.params_file import SHIPPED_PARAMS
 from pipeline.data.multi30k import build_corpus
 from pipeline.data.tokenizer import Tokenizer, model_sha256, train_tokenizer
 from pipeline.model.transformer import Transformer
@@ -78,6 +82,11 @@ PARAMS_CASES = {
     "heads do not divide": ("train:\n  model:\n    d_model: 250\n    n_heads: 4\n", "divisible"),
     "vocab below specials": ("tokenizer:\n  vocab_size: 3\n", "tokenizer.vocab_size"),
     "unknown key (typo)": ("train:\n  optim:\n    peak_lrr: 0.1\n", "train.optim.peak_lrr"),
+    "length penalty that overflows": ("decode:\n  length_penalty: 1.0e+308\n", "decode.length_penalty"),
+    "output outside the checkout": (
+        "warmup_data:\n  out_dir: /tmp\n",
+        "warmup_data.out_dir: /tmp lies outside",
+    ),
     "not yaml": ("train: [unclosed\n", "not valid YAML"),
 }
 
@@ -100,6 +109,85 @@ def test_missing_params_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code, _, err = run_entry(warmup_data_main, capsys)
     assert code != 0 and err == "error: params.yaml: file not found\n"
+
+
+@pytest.mark.parametrize(
+    ("stage", "field", "victim"),
+    [("download", "download.out_dir", "train.arrow"), ("train", "train.out_dir", "step0000999.pt")],
+)
+def test_an_output_outside_the_checkout_is_refused_before_anything_is_removed(
+    stage, field, victim, tmp_path, monkeypatch, capsys
+):
+    """A stage replaces its output folder (and train removes old step checkpoints): a path outside
+    the checkout is refused in one line before the stage touches it."""
+    checkout, outside = tmp_path / "checkout", tmp_path / "someone_else"
+    checkout.mkdir()
+    outside.mkdir()
+    (outside / victim).write_text("not ours\n")
+    section, key = field.split(".")
+    change = {section: {key: str(outside)}}
+    if stage == "train":
+        change["train"]["model_file"] = str(outside / "model.pt")
+    write_changed_params(checkout / "params.yaml", change)
+    monkeypatch.chdir(checkout)
+    main = {"download": "stages.download", "train": "stages.train"}[stage]
+    code, _, err = run_entry(__import__(main, fromlist=["main"]).main, capsys)
+    assert code == 1
+    assert err == (
+        f"error: params.yaml: {field}: {outside} lies outside the checkout {checkout} (stages delete and "
+        "rewrite their outputs: only paths inside it are allowed)\n"
+    )
+    assert (
+        sorted(p.name for p in outside.iterdir()) == [victim]
+        and (outside / victim).read_text() == "not ours\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkout",
+        "someone_else",
+    ]  # no `.x.resume` beside it
+
+
+BILLION_LAUGHS = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
+)
+ENTRIES = {  # the entry points that import pipeline.serving.translator
+    "decode": ["-m", "stages.decode"],
+    "distill": ["-m", "stages.distill"],
+    "mt-translate": ["-m", "pipeline", "translate", "A dog."],
+}
+
+
+@pytest.fixture(scope="module")
+def code_copy(tmp_path_factory) -> Path:
+    """A copy of the code whose shipped params.yaml is, as in the repository, a link to its own."""
+    root = tmp_path_factory.mktemp("code_copy")
+    for package in ("pipeline", "stages"):
+        shutil.copytree(
+            REPO / package, root / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("entry", "bad"),
+    [("decode", "typo"), ("distill", "typo"), ("mt-translate", "typo"), ("mt-translate", "alias bomb")],
+)
+def test_a_bad_params_file_is_one_line_from_every_entry_point(entry, bad, code_copy):
+    """The translator module read the shipped params.yaml when imported: a typo in it was a traceback."""
+    params = code_copy / "params.yaml"
+    if bad == "typo":
+        write_changed_params(params, {"decode": {"beam_sise": 5}})
+        reason = "decode.beam_sise: Extra inputs are not permitted"
+    else:
+        params.write_text(BILLION_LAUGHS + SHIPPED_PARAMS.read_text(encoding="utf-8"), encoding="utf-8")
+        reason = "lol: Extra inputs are not permitted"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, *ENTRIES[entry]], cwd=code_copy, env=env, capture_output=True, text=True, timeout=120
+    )
+    where = params if entry == "mt-translate" else "params.yaml"  # mt-translate names the checkout's file
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"error: {where}: {reason}\n")
 
 
 # ---- corpus files -----------------------------------------------------------------------------
@@ -268,6 +356,21 @@ def test_beam_flag_above_its_bound(random_translator_files, capsys):
     code, out, err = translate(random_translator_files, capsys, "A dog.", "--beam-size", "9000")
     assert code != 0 and out == ""
     assert err == "error: --beam-size: Input should be less than or equal to 100\n"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "bound"),
+    [
+        ("--length-penalty", "5000", "10"),
+        ("--max-len-a", "1e308", "10"),
+        ("--batch-size", "1000000000", "100000"),
+    ],
+)
+def test_a_search_flag_beyond_its_range_is_one_line(flag, value, bound, random_translator_files, capsys):
+    """`--length-penalty 5000` overflowed the length penalty in the middle of the search."""
+    code, out, err = translate(random_translator_files, capsys, "A dog.", flag, value)
+    assert code == 1 and out == ""
+    assert err == f"error: {flag}: Input should be less than or equal to {bound}\n"
 
 
 def test_beam_wider_than_the_vocabulary(random_translator_files, tmp_path, capsys):

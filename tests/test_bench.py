@@ -89,12 +89,10 @@ def bench(module: str, *args: str, ok: bool = True, no_compile: bool = False) ->
 
 @pytest.fixture(scope="module")
 def reports(workspace: Path) -> dict:
-    """bench.json after train_speed, batch_tokens, decode_speed and memory ran into one folder."""
+    """bench.json after train_speed, decode_speed and memory ran into one folder."""
     none = str(workspace / "none.pt")
     args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
     bench("bench.train_speed", *common_args(workspace), *args, "--other-precision", "on")
-    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    bench("bench.batch_tokens", *common_args(workspace), *args)
     bench("bench.decode_speed", *common_args(workspace), "--sentences", "6", "--checkpoint", none)
     args = ["--steps", "2", "--sentences", "4", "--checkpoint", none]
     bench("bench.memory", *common_args(workspace), *args)
@@ -144,68 +142,10 @@ def test_train_speed_levers_other_precision_off_and_compile(workspace: Path) -> 
     assert_same_function(data["train_detail"])
 
 
-def test_batch_tokens_compares_two_sizes(reports: dict) -> None:
-    assert_positive(reports, ["per_token_speedup"])
-    small, large = reports["batch_tokens_detail"]
-    assert (small["max_tokens"], large["max_tokens"]) == (200, 400)
-    assert small["tgt_tokens_per_step"] < large["tgt_tokens_per_step"] <= 400
-    assert all(row["tok_s"] > 0 and 0 < row["mfu"] for row in (small, large))
-
-
-def test_batch_tokens_races_each_size_in_both_precisions_eager_and_compiled(workspace: Path) -> None:
-    """torch.compile is the identity here: compiling takes minutes."""
-    args = ["--max-tokens", "200,400", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    lanes = ["--config", "wu_tiny", "--precisions", "fp32,bf16", "--compile", "--label", "paper"]
-    bench("bench.batch_tokens", *common_args(workspace, "lanes"), *args, *lanes, no_compile=True)
-    data = json.loads((workspace / "lanes" / "bench.json").read_text())
-    assert "batch_tokens_detail" not in data and "batch_tokens_paper" in data["runs"]
-    rows = data["batch_tokens_paper_detail"]
-    assert [(r["max_tokens"], r["precision"], r["compiled"]) for r in rows] == [
-        (size, precision, compiled)
-        for size in (200, 400)
-        for precision in ("fp32", "bf16")
-        for compiled in (False, True)
-    ]
-    assert [r["vs_first_lane"] for r in rows if r["precision"] == "fp32" and not r["compiled"]] == [1, 1]
-    assert all(r["tok_s"] > 0 and r["vs_first_lane"] > 0 for r in rows)
-    done = bench("bench.batch_tokens", "--precisions", "fp32,fp16", ok=False)
-    assert last_error(done).endswith("give fp32 and/or bf16, comma-separated, each once")
-
-
-def last_error(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 1, done.stderr[-3000:]
-    return done.stderr.strip().splitlines()[-1]
-
-
-def test_batch_tokens_names_a_size_with_too_few_batches(workspace: Path) -> None:
-    args = ["--max-tokens", "200,100000", "--steps", "2"]
-    done = bench("bench.batch_tokens", *common_args(workspace, "unused"), *args, ok=False)
-    assert last_error(done).startswith("error: --max-tokens 100000: 1 batches")
-    for bad in ("2500", "5000,2500", "a,b", "0,100"):
-        done = bench("bench.batch_tokens", "--max-tokens", bad, ok=False)
-        assert last_error(done).endswith("give two or more positive integers, smallest first"), bad
-
-
-def test_shared_cpu_measures_four_conditions(workspace: Path) -> None:
-    """Alone and beside a busy process, with every core and with threads for the load."""
-    args = ["--steps", "1", "--warmup", "1", "--rounds", "1"]
-    bench("bench.shared_cpu", *common_args(workspace, "shared"), *args)
-    data = json.loads((workspace / "shared" / "bench.json").read_text())
-    assert_positive(data, ["shared_cpu_busy_vs_alone_all_cores", "shared_cpu_busy_vs_alone_for_load"])
-    rows = [(row["load"], row["threads"]) for row in data["shared_cpu_detail"]]
-    assert rows == [
-        ("alone", "all cores"),
-        ("alone", "for load"),
-        ("busy", "all cores"),
-        ("busy", "for load"),
-    ]
-    assert all(row["tok_s"] > 0 and row["threads_used"] for row in data["shared_cpu_detail"])
-
-
 def test_a_benchmark_reports_a_missing_input_in_one_line(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     write_changed_params(params, {"tokenizer": {"out_dir": str(tmp_path / "no_spm")}})
-    out = bench("bench.batch_tokens", "--params", str(params), ok=False)
+    out = bench("bench.train_speed", "--params", str(params), ok=False)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'no_spm' / 'spm.model'}: SentencePiece model not found (run the tokenizer stage)"
@@ -230,13 +170,13 @@ def test_memory_writes_its_keys(reports: dict) -> None:
 def test_every_run_merges_into_one_report(workspace: Path, reports: dict) -> None:
     """bench.json keeps each command's figures and run; bench.md is regenerated from all of them."""
     runs = reports["runs"]
-    assert list(runs) == ["train_speed", "batch_tokens", "decode_speed", "memory"]
+    assert list(runs) == ["train_speed", "decode_speed", "memory"]
     assert runs["memory"]["command"].startswith("python -m bench.memory --params ")
     assert all(run["cpu"] and run["cores"] > 0 for run in runs.values())
-    assert {"train_tok_s", "per_token_speedup", "beam5_sent_s", "train_peak_rss_mb"} <= set(reports)
+    assert {"train_tok_s", "beam5_sent_s", "train_peak_rss_mb"} <= set(reports)
     md = (workspace / "reports" / "bench.md").read_text()
     assert f"`{runs['memory']['command']}`" in md and re.search(r"^\| train_tok_s +\| ", md, re.M)
-    assert all(f"## {key}" in md for key in ("train_detail", "batch_tokens_detail", "memory_detail"))
+    assert all(f"## {key}" in md for key in ("train_detail", "decode_detail", "memory_detail"))
 
 
 def test_flop_count_weights_are_the_models_linear_weights() -> None:
@@ -247,91 +187,3 @@ def test_flop_count_weights_are_the_models_linear_weights() -> None:
     per_src, per_tgt = matmul_weights(cfg)
     one = 6 * (per_src * 3 + (per_tgt + 24 * 50) * 2) + 12 * 24 * 3 * (9 + 4 + 6)
     assert train_step_flops(cfg, 50, [3], [2]) == one
-
-
-def test_profile_step_charges_the_step_to_the_parts_of_the_model(workspace: Path) -> None:
-    args = ["--config", "default", "--steps", "2", "--warmup", "1", "--label", "t"]
-    bench("bench.profile_step", *common_args(workspace, "profile"), *args)
-    data = json.loads((workspace / "profile" / "bench.json").read_text())
-    parts = {row["part"]: row for row in data["profile_default_t_detail"]}
-    for part in ("vocabulary projection + loss", "attention", "feed-forward", "layer norm", "Adam", "total"):
-        assert parts[part]["ms_per_step"] > 0, part
-    shares = sum(row["share"] for name, row in parts.items() if name != "total")
-    assert shares == pytest.approx(1.0, abs=0.01)
-    assert data["profile_default_t_ops_detail"][0]["calls_per_step"] > 0
-
-
-def test_levers_race_each_lever_against_all_off(workspace: Path) -> None:
-    args = ["--configs", "default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
-    bench("bench.levers", *common_args(workspace, "levers"), *args)
-    rows = json.loads((workspace / "levers" / "bench.json").read_text())["levers_detail"]
-    lanes = ["before", "fused_loss", "fused_adam", "after", "fused_attention", "buckets_16"]
-    assert [row["lane"] for row in rows] == lanes
-    assert rows[0]["vs_before"] == 1.0 and rows[1]["vs_trainer"] == 1.0
-    assert all(row["tok_s"] > 0 and row["mfu"] > 0 for row in rows)
-
-
-def test_loss_check_compares_curves_step_by_step() -> None:
-    from bench.loss_check import compare
-
-    off, on = [3.0, 2.0, 1.0, 1.5], [3.0, 2.1, 1.0, 1.4]
-    got = compare(off, on, last=2)
-    assert got["max_abs_diff"] == pytest.approx(0.1, abs=1e-3)
-    assert got["mean_abs_diff"] == pytest.approx(0.05, abs=1e-3)
-    assert got["mean_abs_step_change_off"] == pytest.approx(2.5 / 3, abs=1e-3)
-    assert got["mean_loss_last_off"] == pytest.approx(1.25, abs=1e-3)
-    assert got["mean_loss_last_on"] == pytest.approx(1.2, abs=1e-3)
-
-
-def test_data_parallel_races_two_one_thread_processes_against_one(workspace: Path) -> None:
-    args = ["--configs", "default", "--rounds", "2", "--steps", "1", "--warmup", "1"]
-    bench("bench.data_parallel", *common_args(workspace, "data_parallel"), *args)
-    rows = json.loads((workspace / "data_parallel" / "bench.json").read_text())["data_parallel_detail"]
-    assert [(row["lane"], row["processes x threads"]) for row in rows] == [
-        ("one_process", "1 x 2"),
-        ("data_parallel", "2 x 1"),
-    ]
-    assert rows[0]["vs_one_process"] == 1.0
-    assert all(row["tok_s"] > 0 for row in rows)
-
-
-def test_data_parallel_deals_the_same_tokens_per_step() -> None:
-    from bench.data_parallel import rank_updates, tokens, updates
-    from pipeline.core.config import OptimConfig
-
-    rows = [([1] * (3 + i % 7), [2] * (4 + i % 5)) for i in range(2000)]
-    even = from_params(OptimConfig, max_tokens=60, accum_steps=2)
-    assert rank_updates(rows, even, 5, ranks=2) == updates(rows, even, 5)  # the micro-batches dealt out
-    odd = from_params(OptimConfig, max_tokens=400, accum_steps=1)
-    halves = rank_updates(rows, odd, 5, ranks=2)
-    assert all(len(u) == 2 for u in halves)
-    one, two = sum(map(tokens, updates(rows, odd, 5))), sum(map(tokens, halves))
-    assert abs(one - two) / one < 0.1
-
-
-def test_levers_buckets_pad_with_masked_positions_only() -> None:
-    from bench.levers import bucketed
-    from bench.train_speed import make_batch
-
-    batch = make_batch([([5, 6, 7], [8, 9]), ([5], [8, 9, 10, 11])], (0, 1, 2), torch.device("cpu"))
-    grown = bucketed(batch, 0, 16)
-    assert grown.src.shape == (2, 16) and grown.tgt_in.shape == grown.tgt_out.shape == (2, 16)
-    assert (
-        torch.equal(grown.src[:, : batch.src.size(1)], batch.src) and int(grown.src[:, 4:].abs().sum()) == 0
-    )
-    assert int((grown.tgt_out != 0).sum()) == int((batch.tgt_out != 0).sum())
-
-
-def test_levers_fused_attention_lane_swaps_the_kernel_back() -> None:
-    from bench.levers import fused_attention, fused_cpu_attention
-    from pipeline.model import transformer
-
-    explicit = transformer.attention
-    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
-    mask = torch.rand(2, 1, 3, 5) > 0.3
-    mask[..., 0] = True
-    with fused_attention():
-        assert transformer.attention is fused_cpu_attention
-        fused = transformer.attention(q, k, v, mask)
-    assert transformer.attention is explicit
-    assert torch.allclose(fused, explicit(q, k, v, mask), atol=1e-5)

@@ -15,7 +15,7 @@ from from_params import from_params
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.model.transformer import Transformer
-from pipeline.training import checkpoint
+from pipeline.training import checkpoint, final_model
 
 TINY = from_params(ModelConfig, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)
 
@@ -80,7 +80,7 @@ def save_all(tmp_path: Path, states: list[dict]) -> list[Path]:
 
 def test_averaging_copies_of_one_checkpoint_returns_it_exactly(tmp_path):
     one = tiny_weights(0)
-    avg = checkpoint.average(save_all(tmp_path, [one, one, one]))
+    avg = final_model.average(save_all(tmp_path, [one, one, one]))
     assert avg.keys() == set(checkpoint.MODEL_KEYS)
     for name, weight in one["model"].items():
         assert torch.equal(avg["model"][name], weight), name
@@ -88,13 +88,13 @@ def test_averaging_copies_of_one_checkpoint_returns_it_exactly(tmp_path):
 
 def test_averaging_two_checkpoints_gives_their_mean_and_keeps_ties(tmp_path):
     a, b = tiny_weights(1), tiny_weights(2)
-    avg = checkpoint.average(save_all(tmp_path, [a, b]))["model"]
+    avg = final_model.average(save_all(tmp_path, [a, b]))["model"]
     for name in a["model"]:
         want = ((a["model"][name].double() + b["model"][name].double()) / 2).float()
         assert torch.equal(avg[name], want), name
     assert not torch.equal(avg["src_embed.weight"], a["model"]["src_embed.weight"])
     assert avg["src_embed.weight"] is avg["tgt_embed.weight"]  # tied: one tensor, as in the model
-    untied = checkpoint.average(save_all(tmp_path, [tiny_weights(1, tie=False), tiny_weights(2, tie=False)]))
+    untied = final_model.average(save_all(tmp_path, [tiny_weights(1, tie=False), tiny_weights(2, tie=False)]))
     assert untied["model"]["src_embed.weight"] is not untied["model"]["tgt_embed.weight"]
 
 
@@ -116,7 +116,7 @@ def marker_score(target: float):
 def test_final_model_is_the_best_scoring_candidate(tmp_path, target, source):
     checkpoint.save(tmp_path / "best.pt", {**marked(9.0), "step": 3})
     kept = [p.name for p in save_all(tmp_path, [marked(float(i)) for i in range(6)])]
-    state, choice = checkpoint.final_model(tmp_path, kept, 6, marker_score(target))
+    state, choice = final_model.choose(tmp_path, kept, 6, marker_score(target))
     assert set(choice["candidates"]) == {"best", "average_last_4", "average_last_6"}
     assert choice["source"] == source
     assert choice["candidates"][source] == max(choice["candidates"].values())
@@ -127,7 +127,7 @@ def test_final_model_is_the_best_scoring_candidate(tmp_path, target, source):
 def test_final_model_candidates_follow_average_last_and_ties_go_to_an_average(tmp_path):
     checkpoint.save(tmp_path / "best.pt", marked(1.0))
     kept = [p.name for p in save_all(tmp_path, [marked(1.0)] * 3)]
-    _, choice = checkpoint.final_model(tmp_path, kept, 4, marker_score(1.0))
+    _, choice = final_model.choose(tmp_path, kept, 4, marker_score(1.0))
     assert choice == {"source": "average_last_3", "candidates": {"best": 0.0, "average_last_3": 0.0}}
-    _, alone = checkpoint.final_model(tmp_path, kept[-1:], 4, marker_score(1.0))
+    _, alone = final_model.choose(tmp_path, kept[-1:], 4, marker_score(1.0))
     assert alone["source"] == "best" and list(alone["candidates"]) == ["best"]

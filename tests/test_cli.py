@@ -302,3 +302,101 @@ def test_python_m_pipeline_help_prints_the_usage_and_succeeds(flag: str) -> None
         [sys.executable, "-m", "pipeline", "nosuch"], capture_output=True, text=True, timeout=60
     )
     assert wrong.returncode == 1 and wrong.stderr.startswith("usage:")
+
+
+# ---------------------------------------------------------------- locales, flags, a full disk, progress
+
+NON_ASCII = ["Two men drink a café. 🙂", "A dog walks über the bridge."]  # "🙂" is kept as it is
+GREEDY = from_params(DecodeConfig, beam_size=1)
+
+
+def translate_bytes(
+    files: Mapping[str, Path], tmp_path: Path, args: list[str], stdin: bytes, env: dict, **kw
+):
+    """`python -m pipeline translate` (greedy) on the tiny model, with `env` added to the environment."""
+    cmd = [sys.executable, "-m", "pipeline", "translate", *model_flags(files), "--beam-size", "1", *args]
+    params = write_changed_params(tmp_path / "defaults.yaml")
+    return subprocess.run(
+        [*cmd, "--params", str(params)],
+        cwd=tmp_path,
+        input=stdin,
+        env={**os.environ, **env},
+        capture_output="stdout" not in kw,
+        timeout=300,
+        **kw,
+    )
+
+
+NOT_UTF8_LOCALES = {
+    "C, ascii": {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"},
+    "latin-1": {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "latin-1"},
+}
+
+
+@pytest.mark.parametrize("locale", NOT_UTF8_LOCALES)
+def test_stdin_and_stdout_are_utf8_whatever_the_locale(
+    tiny_translator_files, loaded, tmp_path, locale
+) -> None:
+    want = translate_lines(loaded, NON_ASCII, GREEDY, max_pieces=from_params(Params).train.max_len)
+    assert any(not line.isascii() for line in want)
+    stdin = "".join(line + "\n" for line in NON_ASCII).encode("utf-8")
+    done = translate_bytes(tiny_translator_files, tmp_path, [], stdin, NOT_UTF8_LOCALES[locale])
+    assert done.returncode == 0 and b"rror" not in done.stderr, done.stderr  # a warning may come
+    assert done.stdout.decode("utf-8").split("\n")[:-1] == want
+
+
+def test_arguments_are_utf8_whatever_the_locale(tiny_translator_files, loaded, tmp_path) -> None:
+    want = translate_lines(loaded, NON_ASCII, GREEDY, max_pieces=from_params(Params).train.max_len)
+    done = translate_bytes(tiny_translator_files, tmp_path, NON_ASCII, b"", NOT_UTF8_LOCALES["C, ascii"])
+    assert done.returncode == 0 and b"rror" not in done.stderr, done.stderr  # a warning may come
+    assert done.stdout.decode("utf-8").split("\n")[:-1] == want
+
+
+def test_help_says_the_text_is_utf8() -> None:
+    assert "UTF-8 whatever the locale" in " ".join(parser().format_help().split())
+
+
+def test_ensemble_takes_one_checkpoint_per_flag_and_leaves_the_sentences(
+    tiny_translator_files, loaded, capsys
+) -> None:
+    ckpt = str(tiny_translator_files["ckpt"])
+    args = parser().parse_args(["--ensemble", "a.pt", "A dog runs.", "--ensemble", "b.pt"])
+    assert args.ensemble == [Path("a.pt"), Path("b.pt")] and args.sentences == ["A dog runs."]
+    cli(tiny_translator_files, "--ensemble", ckpt, "A man walks in the park.")
+    want = translate_lines(loaded, ["A man walks in the park."], CFG)  # an ensemble of one model twice
+    assert capsys.readouterr().out.split("\n")[:-1] == want
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_a_full_disk_on_stdout_is_one_line_and_exit_1(tiny_translator_files, tmp_path) -> None:
+    with open("/dev/full", "wb") as full:
+        done = translate_bytes(
+            tiny_translator_files,
+            tmp_path,
+            [],
+            b"A dog walks.\n" * 300,
+            {},
+            stdout=full,
+            stderr=subprocess.PIPE,
+        )
+    assert done.returncode == 1
+    assert done.stderr.decode() == "error: standard output: cannot be written (No space left on device)\n"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("stderr_is_a_terminal", [True, False])
+def test_a_progress_line_only_when_stderr_is_a_terminal(
+    tiny_translator_files, monkeypatch, stderr_is_a_terminal: bool
+) -> None:
+    err = Terminal() if stderr_is_a_terminal else io.StringIO()
+    monkeypatch.setattr("sys.stdin", io.StringIO("A dog walks.\n" * 3))
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    monkeypatch.setattr("sys.stderr", err)
+    cli(tiny_translator_files)
+    assert len(sys.stdout.getvalue().split("\n")) == 4
+    assert ("mt-translate: 3 lines" in err.getvalue()) == stderr_is_a_terminal
+    assert stderr_is_a_terminal or err.getvalue() == ""

@@ -3,6 +3,7 @@ bad file (the repo's with one change) fails with one line naming the file and th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import get_args
 
@@ -11,8 +12,9 @@ import yaml
 from from_params import write_changed_params
 from pydantic import BaseModel
 
-from pipeline.core.config import MAX_BEAM_SIZE, Params, Section, default_params, load_params
+from pipeline.core.config import MAX_BEAM_SIZE, Params, Section
 from pipeline.core.errors import ConfigError
+from pipeline.core.params_file import default_params, load_params, output_paths, stage_params
 from pipeline.ops.overrides import read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,3 +166,154 @@ def test_booleans_stay_booleans_and_a_float_field_takes_an_integer(tmp_path):
     assert params.train.model.pre_norm is True
     assert params.train.optim.peak_lr == 1.0 and params.train.optim.max_minutes == 2.0
     assert len(numeric_fields()) > 40  # the walk found the nested sections' fields
+
+
+def upper_bound(model: type[BaseModel], name: str) -> float | None:
+    """The field's `le` or `lt` bound, None when it has neither."""
+    for rule in model.model_fields[name].metadata:
+        bound = getattr(rule, "le", None) or getattr(rule, "lt", None)
+        if bound is not None:
+            return bound
+    return None
+
+
+def field_owner(dotted: str) -> tuple[type[BaseModel], str]:
+    model: type[BaseModel] = Params
+    *parents, name = dotted.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+    return model, name
+
+
+@pytest.mark.parametrize("field", numeric_fields())
+def test_every_numeric_field_has_a_range_and_refuses_a_huge_value(tmp_path, field):
+    """A value that overflows arithmetic (1e308) or is absurd is refused when params load, not at use."""
+    assert upper_bound(*field_owner(field)) is not None, f"{field} has no upper bound"
+    model, name = field_owner(field)
+    annotation = model.model_fields[name].annotation
+    huge = 1e308 if float in (set(get_args(annotation)) or {annotation}) else 2**62
+    path = write_changed_params(tmp_path / "params.yaml", yaml.safe_dump(nested(field, huge)))
+    with pytest.raises(ConfigError, match=rf"^{path}: {field}: Input should be less than"):
+        load_params(path)
+
+
+CHECKOUT_INPUTS = {
+    "incoming.in_dir",
+    "distill.teacher_dir",
+    "decode.time_machine_tsv",
+    "decode.robustness_tsv",
+}
+PATH_SUFFIXES = ("_dir", "_json", "_jsonl", "_csv", "_md", "_file", "_tsv", "_template")
+
+
+def test_every_path_field_is_a_declared_output_or_a_known_input():
+    """A new path a stage writes is checked to lie in the checkout only when its section's `OUTPUTS`
+    names it: any path-like field must be there or be one of the inputs."""
+    outputs = {field for field, _ in output_paths(default_params())}
+    path_fields = {
+        f"{section}.{name}"
+        for section, cfg in default_params()
+        for name in type(cfg).model_fields
+        if name.endswith(PATH_SUFFIXES)
+    }
+    assert path_fields - CHECKOUT_INPUTS <= outputs
+    assert {"train.out_dir", "train.model_file", "report.plots_template"} <= outputs
+
+
+def outside_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """(a checkout folder, a folder beside it holding someone's file)."""
+    checkout, outside = tmp_path / "checkout", tmp_path / "outside"
+    checkout.mkdir()
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not ours\n")
+    return checkout, outside
+
+
+@pytest.mark.parametrize(
+    ("field", "where"),
+    [
+        ("download.out_dir", "absolute"),
+        ("prepare.out_dir", "dotdot"),
+        ("train.out_dir", "link"),
+        ("train.out_dir", "root"),
+        ("report.figures_dir", "checkout"),
+        ("train.metrics_json", "absolute"),
+    ],
+)
+def test_an_output_outside_the_checkout_is_refused_naming_its_key(tmp_path, field, where):
+    checkout, outside = outside_checkout(tmp_path)
+    (checkout / "data").mkdir()
+    (checkout / "data/elsewhere").symlink_to(outside)
+    value = {
+        "absolute": str(outside),
+        "dotdot": "data/../../outside",
+        "link": "data/elsewhere/run",
+        "root": "/",
+        "checkout": "data/..",
+    }[where]
+    change = nested(field, value)
+    if field == "train.out_dir":  # the final model lives in out_dir
+        change["train"]["model_file"] = f"{value.rstrip('/')}/model.pt"
+    path = write_changed_params(checkout / "params.yaml", yaml.safe_dump(change))
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: {field}: {value} ")
+    assert (f"outside the checkout {checkout}" if where != "checkout" else "is the checkout") in message
+    assert (outside / "keep.txt").read_text() == "not ours\n"
+
+
+def test_outputs_inside_the_checkout_pass_after_resolving_links_and_dotdot(tmp_path):
+    checkout, outside = outside_checkout(tmp_path)
+    (checkout / "big_disk").mkdir()
+    (checkout / "data").symlink_to(checkout / "big_disk")  # a link that stays inside
+    path = write_changed_params(
+        checkout / "params.yaml",
+        {"download": {"out_dir": "data/multi30k"}, "prepare": {"out_dir": "x/../ids"}},
+    )
+    params = load_params(path)
+    assert params.download.out_dir == "data/multi30k" and params.prepare.out_dir == "x/../ids"
+
+
+BILLION_LAUGHS = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
+)
+
+
+@pytest.mark.parametrize("where", ["top level", "decode.ensemble"])
+def test_an_alias_bomb_is_refused_in_a_second(tmp_path, where):
+    """PyYAML shares an alias's object instead of copying it, and validation stops at the first wrong
+    type: the 9**9 strings are never built (DVC's reader would build them)."""
+    path = tmp_path / "params.yaml"
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    if where == "decode.ensemble":
+        text = text.replace("  ensemble: []", "  ensemble: *l8")
+    path.write_text(BILLION_LAUGHS + text, encoding="utf-8")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"^{path}: (lol|decode\.ensemble\.0): "):
+        load_params(path)
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_stage_runs_with_command_line_overrides_validated_like_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_changed_params(tmp_path / "params.yaml", {})
+    params = stage_params(["-S", "train.optim.seed=3", "-S", "distill.teacher=[a.pt, b.pt]"])
+    assert params.train.optim.seed == 3 and params.distill.teacher == ("a.pt", "b.pt")
+    moved = stage_params(["-S", "train.out_dir=models/t3", "-S", "train.model_file=models/t3/model.pt"])
+    assert moved.train.model_file == "models/t3/model.pt"
+    for argv, message in (
+        (["-S", "train.optim.sed=3"], "params.yaml: train.optim.sed: Extra inputs are not permitted"),
+        (["-S", "train.optim.seed"], "-S 'train.optim.seed': write section.key=value"),
+        (["-S", "train.optim.seed=[1"], "-S train.optim.seed: not a YAML value"),
+        (["-S", "train.optim.seed=-1"], "params.yaml: train.optim.seed: Input should be greater than"),
+        (
+            ["-S", "download.out_dir=/tmp/elsewhere"],
+            "params.yaml: download.out_dir: /tmp/elsewhere lies outside",
+        ),
+    ):
+        with pytest.raises(ConfigError) as err:
+            stage_params(argv)
+        assert str(err.value).startswith(message), str(err.value)
+    with pytest.raises(SystemExit):
+        stage_params(["--seed", "3"])

@@ -7,7 +7,7 @@ from torch import nn
 from toy_train import TOY_MODEL, pairs, toy_run
 
 from pipeline.model.transformer import Transformer
-from pipeline.training import checkpoint
+from pipeline.training import checkpoint, final_model
 from pipeline.training.ema import EMA
 
 
@@ -53,7 +53,7 @@ def test_continued_run_has_the_same_average_as_an_uninterrupted_one(tmp_path):
 @pytest.mark.parametrize("ema_decay", [None, 0.9])
 def test_the_average_is_a_final_model_candidate_when_kept(tmp_path, ema_decay):
     _, progress = toy_run(tmp_path, pairs(64), max_steps=8, ema_decay=ema_decay)
-    names = checkpoint.candidates(tmp_path, progress.kept, 2)
+    names = final_model.candidates(tmp_path, progress.kept, 2)
     assert ("ema" in names) == (ema_decay is not None)
     if ema_decay:
         model = checkpoint.build_model(names["ema"])  # loads: the architecture's weights

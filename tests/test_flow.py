@@ -18,8 +18,10 @@ from datasets import Dataset, DatasetDict
 from from_params import write_changed_params
 from markdown_tables import table_rows
 
+from pipeline.core.errors import ConfigError
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.ops.flow.cli import main
+from pipeline.ops.flow.dvc_calls import StatusFailed
 from pipeline.ops.flow.summary import describe_case, incoming_config, outcome_tags, summary_markdown
 from pipeline.ops.flow.tasks import deployment
 from pipeline.ops.promotion import Comparison, decide
@@ -496,3 +498,232 @@ def test_an_incoming_section_missing_a_key_is_one_line(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=rf"^{path}: incoming: Input should be a valid dictionary"):
         incoming_config(tmp_path)
+
+
+def test_run_with_a_corrupt_tracking_database_is_one_line_before_prefect_starts(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from pipeline.ops.flow import cli, tasks
+
+    write_changed_params(tmp_path / "params.yaml", {"incoming": {"in_dir": "data/incoming"}})
+    (tmp_path / "data/incoming").mkdir(parents=True)
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"garbage, not SQLite" * 100)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    monkeypatch.setattr(cli, "REPO", tmp_path)
+    monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
+    with pytest.raises(SystemExit) as info:
+        main(["run"])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith(f"error: {db}: not a readable SQLite database (file is not a database); move it")
+
+
+# ---------------------------------------------------------------- deterministic failures, bad params
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (ConfigError("params.yaml: download.out_dir: /tmp/x lies outside the checkout"), False),
+        (StatusFailed("stage download: dvc status failed (exit 255):\nERROR: unexpected error"), False),
+        (RuntimeError("stage download failed (exit 1):\nerror: tiny.de.gz: no valid copy found"), True),
+    ],
+)
+def test_only_a_failure_that_may_pass_is_retried(error: Exception, retried: bool) -> None:
+    from prefect.states import Failed
+
+    from pipeline.ops.flow.tasks import DATA_STAGE, run_stage, stage_task, transient
+
+    assert stage_task("train") is run_stage
+    data_task = stage_task(DATA_STAGE)
+    assert data_task.retries == 2 and data_task.retry_condition_fn is transient
+    assert transient(data_task, None, Failed(data=error)) is retried
+
+
+@pytest.mark.slow
+def test_the_data_stage_is_not_retried_on_a_deterministic_error(tmp_path: Path, harness, monkeypatch) -> None:
+    """Prefect itself asks `transient`: a ConfigError fails at the first try, a stage failure is tried 3 times."""
+    from prefect import flow
+
+    from pipeline.ops.flow import tasks
+
+    tries = []
+
+    def failing(stage: str, repo: str) -> bool:
+        tries.append(stage)
+        raise error
+
+    monkeypatch.setattr(tasks, "is_stale", failing)
+    quick = tasks.stage_task(tasks.DATA_STAGE).with_options(retry_delay_seconds=0)
+
+    @flow
+    def data_only() -> None:
+        quick(tasks.DATA_STAGE, str(tmp_path))
+
+    for error, expected in [(ConfigError("params.yaml: download.out_dir: bad"), 1), (RuntimeError("net"), 3)]:
+        tries.clear()
+        with pytest.raises(type(error)):
+            data_only()
+        assert len(tries) == expected
+
+
+@pytest.mark.slow
+def test_run_with_an_alias_bomb_params_is_one_line_in_seconds(tmp_path: Path) -> None:
+    """DVC expands YAML aliases: the flow's first `dvc status` grew to gigabytes on a billion laughs."""
+    for package in ("pipeline", "stages"):
+        shutil.copytree(
+            REPO / package, tmp_path / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    bomb = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+        f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
+    )
+    (tmp_path / "params.yaml").write_text(bomb + (REPO / "params.yaml").read_text(encoding="utf-8"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.ops.flow", "run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"error: {tmp_path}/params.yaml: lol: Extra inputs are not permitted\n",
+    )
+    assert (
+        time.monotonic() - started < 30
+    )  # the interpreter and imports on a busy machine; no Prefect, no DVC
+
+
+# ---------------------------------------------------------------- SIGTERM to the flow
+
+SLEEPING_STAGE = {  # says it started, then sleeps: a long stage the test stops the flow during
+    "cmd": "python -c \"import pathlib, time; pathlib.Path('started').touch(); time.sleep(600)\"",
+    "outs": ["never.txt"],
+}
+
+
+@pytest.fixture
+def sleeping_repo(tmp_path: Path) -> Path:
+    """A DVC project of one sleeping stage beside a copy of the package, so `python -m
+    pipeline.ops.flow run` there runs this project (MLflow disabled)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "pipeline", repo / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    write_changed_params(repo / "params.yaml", {"mlflow": {"enabled": False}})
+    (repo / "data/incoming").mkdir(parents=True)
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"sleep": SLEEPING_STAGE}}))
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=repo, check=True)
+    return repo
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_flow_ends_everything_it_started(sleeping_repo: Path, tmp_path: Path) -> None:
+    """Prefect's temporary server, DVC and the stage all end with the flow: none is left with ppid 1."""
+    import signal
+
+    import psutil
+
+    from pipeline.ops.flow.cli import STOPPED
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}  # its own server
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect"), "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
+    log = tmp_path / "flow.log"
+    with log.open("wb") as out:
+        cmd = [sys.executable, "-m", "pipeline.ops.flow", "run"]
+        flow = subprocess.Popen(cmd, cwd=sleeping_repo, env=env, stdout=out, stderr=out)
+    family: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not (sleeping_repo / "started").exists():
+            assert flow.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        family = psutil.Process(flow.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(p.cmdline()) for p in family)  # the temporary server is there
+        flow.terminate()
+        assert flow.wait(timeout=120) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(family, timeout=30)
+        assert alive == [] and STOPPED in log.read_text()
+    finally:
+        flow.kill()  # what a failed test leaves behind
+        for proc in family:
+            if proc.is_running():
+                proc.kill()
+
+
+# ---------------------------------------------------------------- DVC's locks held by another process
+
+DVC_LOCK_HOLDER = """
+import sys, zc.lockfile
+lock = zc.lockfile.LockFile(sys.argv[1])  # as DVC takes its repository lock
+print("held", flush=True)
+sys.stdin.read()  # until the test closes stdin
+"""
+
+
+@pytest.fixture
+def dvc_lock_holder(scratch_dvc: Path):
+    """A process holding DVC's repository lock of `scratch_dvc`, as a `dvc exp run` does."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", DVC_LOCK_HOLDER, str(scratch_dvc / ".dvc/tmp/lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline() == "held\n"
+    yield holder
+    holder.stdin.close()
+    holder.wait(timeout=60)
+
+
+def test_a_held_dvc_lock_is_one_line_naming_its_holder_before_prefect_starts(
+    scratch_dvc: Path, dvc_lock_holder, monkeypatch, capsys
+) -> None:
+    from pipeline.ops.flow import cli, tasks
+
+    write_changed_params(scratch_dvc / "params.yaml", {"mlflow": {"enabled": False}})
+    (scratch_dvc / "data/incoming").mkdir(parents=True)
+    monkeypatch.setattr(cli, "REPO", scratch_dvc)
+    monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
+    with pytest.raises(SystemExit) as info:
+        main(["run"])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith(f"error: {scratch_dvc}: DVC is busy: pid {dvc_lock_holder.pid} (")
+    assert "holds .dvc/tmp/lock; wait for it to end" in err
+
+
+def test_dvc_status_failing_on_a_held_lock_is_one_line(scratch_dvc: Path, dvc_lock_holder) -> None:
+    """What DVC itself says (`Unable to acquire lock`) becomes one line naming the holder."""
+    from pipeline.ops.flow.dvc_calls import DvcBusy, is_stale
+
+    with pytest.raises(DvcBusy) as info:
+        is_stale("copy", str(scratch_dvc))
+    assert "\n" not in str(info.value) and f"pid {dvc_lock_holder.pid} (" in str(info.value)
+
+
+def test_a_stage_path_locked_by_a_live_process_is_one_line(tmp_path: Path) -> None:
+    from pipeline.ops.flow.dvc_calls import DvcBusy, check_busy, check_idle
+
+    (tmp_path / ".dvc/tmp").mkdir(parents=True)
+    rwlock = tmp_path / ".dvc/tmp/rwlock"
+    with subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    ) as live:
+        entry = {"pid": live.pid, "cmd": "dvc exp run"}
+        rwlock.write_text(json.dumps({"read": {}, "write": {"data/train_ids": entry}}))
+        with pytest.raises(DvcBusy, match=rf"pid {live.pid} \(dvc exp run\) holds data/train_ids \("):
+            check_idle(tmp_path)
+        live.stdin.close()
+    check_idle(tmp_path)  # its holder is gone: DVC clears such entries itself
+    dvc_says = (  # DVC's message (dvc/rwlock.py) when a stage's path is in use
+        "ERROR: 'data/train_ids' is busy, it is being blocked by:\n  (PID 4242): dvc exp run\n\n"
+        "If there are no processes with such PIDs, you can manually remove '.dvc/tmp/rwlock' and try again."
+    )
+    with pytest.raises(DvcBusy) as info:
+        check_busy(dvc_says, tmp_path)
+    assert str(info.value).startswith(f"{tmp_path}: DVC is busy: pid 4242 (dvc exp run) holds data/train_ids")
+    assert "\n" not in str(info.value)
+    check_busy("ERROR: failed to reproduce 'copy'", tmp_path)  # any other failure: not a lock

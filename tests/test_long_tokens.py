@@ -20,7 +20,7 @@ from tiny_translator import model_flags
 from pipeline.core.config import DecodeConfig
 from pipeline.ops.cli import main as translate_main
 from pipeline.serving.torch_engine import TorchEngine
-from pipeline.serving.translator import MAX_SRC_PIECES, load_translator, translate_lines
+from pipeline.serving.translator import load_translator, max_src_pieces, translate_lines
 
 WORD = "x" * 200_000  # 200,001 pieces of the tiny tokenizer
 # greedy, at most 2 output pieces per input: short translations of the rest of a line
@@ -61,7 +61,7 @@ def test_the_words_around_a_long_word_are_translated(engine: TorchEngine, monkey
     [out] = translate_lines(engine, [f"A man walks. A dog sees {blob} in the park."], SHORT)
     assert seen == ["A man walks.", "A dog sees", "in the park."]
     assert out.count(blob) == 1 and out.index(blob) > 0 and not out.endswith(blob)
-    assert max(len(engine.tokenizer.encode(text)) for text in seen) <= MAX_SRC_PIECES - 1  # eos: 1
+    assert max(len(engine.tokenizer.encode(text)) for text in seen) <= max_src_pieces() - 1  # eos: 1
 
 
 MEASURE = """

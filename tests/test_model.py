@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from from_params import from_params
 from torch import nn
 
-from pipeline.core.config import FieldError, ModelConfig
+from pipeline.core.config import ModelConfig
+from pipeline.core.params_file import FieldError
 from pipeline.model.transformer import (
     DecoderLayer,
     Dropout,

@@ -6,7 +6,7 @@ import configparser
 import re
 from pathlib import Path
 
-from pipeline.core.config import load_params
+from pipeline.core.params_file import load_params
 from pipeline.ops.plots_template import page_html
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from from_params import from_params, write_changed_params
 
-from pipeline.core.config import PromotionConfig, load_params
+from pipeline.core.config import PromotionConfig
 from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.core.params_file import load_params
 from pipeline.ops.promotion import (
     ROLLED_BACK_TAG,
     Comparison,

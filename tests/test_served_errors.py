@@ -86,6 +86,8 @@ BAD_BODIES = {
     "param float": b'{"inputs": ["A dog."], "params": {"beam_size": 2.5}}',
     "param string": b'{"inputs": ["A dog."], "params": {"n_best": "two"}}',
     "param out of range": b'{"inputs": ["A dog."], "params": {"beam_size": 0}}',
+    "length penalty that overflows": b'{"inputs": ["A dog."], "params": {"length_penalty": 1e308}}',
+    "length penalty far out of range": b'{"inputs": ["A dog."], "params": {"length_penalty": 5000}}',
     "invalid JSON": b'{"inputs": [',
     "not UTF-8": b'{"inputs": ["A \xff dog."]}',
     "empty body": b"",
@@ -170,6 +172,10 @@ def test_messages_name_the_problem(client: TestClient) -> None:
         (BAD_BODIES["params unknown"], "params: unknown 'beam' (allowed: beam_size, length_penalty, n_best)"),
         (BAD_BODIES["invalid JSON"], "body: not JSON (Expecting value at character 12)"),
         (BAD_BODIES["too long"], "inputs[0]: 7000 characters, at most 5000"),
+        (
+            BAD_BODIES["length penalty that overflows"],
+            "params.length_penalty: Input should be less than or equal to 10",
+        ),
     ]:
         assert client.post("/invocations", content=body, headers=JSON).json()["message"] == message
 

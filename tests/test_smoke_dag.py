@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.core.config import flatten, load_params
+from pipeline.core.params_file import flatten, load_params
 from pipeline.data.tokenizer import model_file
 from pipeline.ops.overrides import read_params
 
@@ -98,9 +98,9 @@ def test_smoke_dag_runs_end_to_end(smoke):
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
 
 
-def stale_stages(work: Path, env: dict) -> set[str]:
+def stale_stages(work: Path, env: dict, pipeline: str = "dvc.yaml") -> set[str]:
     out = subprocess.run(
-        ["dvc", "status", "--json"], cwd=work, env=env, capture_output=True, text=True, check=True
+        ["dvc", "status", "--json", pipeline], cwd=work, env=env, capture_output=True, text=True, check=True
     )
     return set(json.loads(out.stdout))
 
@@ -201,7 +201,7 @@ def test_mlflow_run_has_every_checkpoint_and_the_final_model(tracked):
 def test_logged_pyfunc_translates_and_is_the_candidate(smoke, tracked):
     import mlflow
 
-    from pipeline.core.config import load_params
+    from pipeline.core.params_file import load_params
     from pipeline.serving.translator import load_translator, translate_lines
 
     work, client, run = smoke[0], *tracked
@@ -320,3 +320,49 @@ def test_english_to_french_dag_scores_every_split(smoke_fr):
     assert "fr" in json.loads((work / "data/train_merged.jsonl").read_text().splitlines()[0])
     assert "the tutorial's outputs are German" in (work / P.decode.time_machine_md).read_text()
     assert "English→French" in (work / P.report.page_md).read_text()
+
+
+RECIPE = "recipes/distill/dvc.yaml"
+
+
+def repro_recipe(work: Path, env: dict) -> str:
+    done = subprocess.run(
+        ["dvc", "repro", RECIPE], cwd=work, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
+    """`dvc repro recipes/distill/dvc.yaml` over the built default pipeline: the teacher stage, the
+    teachers' translations, the student, its scores; a second run runs nothing; a decoding change
+    re-runs the translations and what follows, never a teacher or the default model."""
+    work, env, _ = smoke
+    copy = tmp_path / "repo"
+    shutil.copytree(work, copy, symlinks=True)
+    ran = repro_recipe(copy, env)
+    assert "Running stage 'recipes/distill/dvc.yaml:teacher@3'" in ran and "Running stage 'train'" not in ran
+    facts = json.loads((copy / "reports/distill/distill.json").read_text())
+    assert list(facts["teacher"]) == ["models/transformer/model.pt", "models/teachers/seed3/model.pt"]
+    assert facts["pairs_out"] > facts["pairs_in"] and (copy / "reports/distill/val.json").is_file()
+    assert "Running stage" not in repro_recipe(copy, env)
+
+    params = yaml.safe_load((copy / "params.yaml").read_text())
+    params["decode"]["length_penalty"] = 1.0
+    (copy / "params.yaml").write_text(yaml.safe_dump(params))
+    stale = stale_stages(copy, env, RECIPE)
+    assert {f"{RECIPE}:distill", f"{RECIPE}:decode"} <= stale
+    assert not {f"{RECIPE}:teacher@3", "train", "prepare"} & stale
+    ran = repro_recipe(copy, env)
+    assert "Running stage 'recipes/distill/dvc.yaml:distill'" in ran
+    assert (
+        "Running stage 'recipes/distill/dvc.yaml:teacher@3'" not in ran and "Running stage 'train'" not in ran
+    )
+
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    student_run = (copy / "reports/distill/mlflow_run_id.txt").read_text().strip()
+    teacher_run = (copy / "models/teachers/seed3/mlflow_run_id.txt").read_text().strip()
+    recipe = mlflow.MlflowClient().get_run(student_run).data.tags["recipe"]
+    assert f"models/teachers/seed3/model.pt (run {teacher_run})" in recipe

@@ -5,6 +5,7 @@ previewable artifacts and the registered version's description."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -27,13 +28,14 @@ from pipeline.core.config import (
     Params,
     PrepareConfig,
     TrainConfig,
-    flatten,
 )
 from pipeline.core.errors import PipelineError
+from pipeline.core.params_file import flatten
 from pipeline.core.run_id import read_run_id, write_run_id
 from pipeline.model.transformer import Transformer
 from pipeline.tracking import describe, mlflow_tracker, registry, store, train_run
 from pipeline.tracking.tracker import finishing
+from pipeline.training import loop
 from pipeline.training.final_model import save_final_model
 from pipeline.training.loop import RunContext, train
 from pipeline.training.progress import ConsoleProgress
@@ -241,22 +243,37 @@ def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
     assert not paths & {str(v) for v in logged.values()}
     assert logged["train.optim.peak_lr"] == 0.002 and logged["tokenizer.vocab_size"] == 8000
     assert logged["distill.teacher"] == () and logged["prepare.sampling_alpha"] is None
-    assert len(logged) == 3 + 3 + 2 + 3 + 3 + 9 + 17 + 2  # download ... train (+ model, optim, dist)
+    assert len(logged) == 3 + 3 + 3 + 3 + 3 + 9 + 17 + 2  # download ... train (+ model, optim, dist)
 
 
-def test_the_recipe_names_the_teacher_and_subword_sampling():
+def test_the_recipe_names_the_teachers_their_runs_and_subword_sampling():
     params = from_params(Params)
     assert train_run.recipe_words(params).startswith("the training pairs as given")
     recipe = params.model_copy(
         update={
-            "distill": from_params(DistillConfig, teacher=("seed2.pt", "seed3.pt")),
+            "distill": from_params(DistillConfig, teacher=("m/a.pt", "m/b.pt")),
             "prepare": from_params(PrepareConfig, sampling_alpha=0.3),
         }
     )
-    assert train_run.recipe_words(recipe) == (
-        "distilled from seed2.pt + seed3.pt, with the original pairs; "
+    assert train_run.recipe_words(recipe, {"m/b.pt": "run-b"}) == (
+        "distilled from m/a.pt + m/b.pt (run run-b), an ensemble translation, with the original pairs; "
         "subword sampling alpha 0.3 (16 copies, seed 0)"
     )
+    each = recipe.model_copy(update={"distill": from_params(DistillConfig, teacher=("a",), combine="each")})
+    assert "from a, one translation each, with" in train_run.recipe_words(each)
+
+
+def test_a_teacher_is_found_by_its_models_sha256(mlflow_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_db)
+    monkeypatch.chdir(tmp_path)
+    Path("a.pt").write_bytes(b"teacher a")
+    Path("b.pt").write_bytes(b"teacher b, trained elsewhere")
+    exp_id = store.experiment_id("teacher-lookup")
+    digest = hashlib.sha256(b"teacher a").hexdigest()
+    run = store.client().create_run(exp_id, tags={"summary.model_sha256": digest})
+    store.client().create_run(exp_id, tags={"summary.model_sha256": "0" * 64})
+    params = from_params(Params, distill=from_params(DistillConfig, teacher=("a.pt", "b.pt", "gone.pt")))
+    assert train_run.teacher_runs(params, exp_id) == {"a.pt": run.info.run_id}
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -389,7 +406,7 @@ def test_a_run_logs_each_shaping_param_once_and_no_warmup_or_paths(tracked_param
     tracker.finish()
     params = tracker.client.get_run(tracker.run_id).data.params
     assert params == {k: str(v) for k, v in train_run.run_params(tracked_params).items()}
-    assert len(params) == 42 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
+    assert len(params) == 43 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
     assert not [v for v in params.values() if "/" in v]  # no paths (the default incoming folder, ...)
 
 
@@ -425,8 +442,9 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
     model, validation = Transformer(TOY_MODEL, 20, PAD), ToyValidation(toy[:16])
     run = RunContext(out, tmp_path / "log.csv", data_id="toy", tracker=tracker)
     with finishing(tracker):
-        progress = train(model, toy, validation, cfg.optim, run)
-        save_final_model(model, progress, validation, cfg, run)
+        state = loop.start(model, cfg.optim, run)
+        train(model, toy, validation, state)
+        save_final_model(model, state, validation, cfg)
         client, run_id = tracker.client, tracker.run_id
         deadline = time.time() + 20  # the monitor samples every second: a fast toy run may end first
         while "system/cpu_utilization_percentage" not in client.get_run(run_id).data.metrics:
@@ -438,6 +456,8 @@ def test_a_trained_run_has_curves_system_metrics_and_summary_tags(tracked_params
         steps = [m.step for m in client.get_metric_history(run_id, key)]
         assert len(steps) > 1 or steps == [0], f"{key}: a one-point curve at step {steps}"
     assert logged.tags["summary.steps"] == "8" and logged.tags["summary.stopped_by"] == "max_steps"
+    model_sha256 = hashlib.sha256(Path(cfg.model_file).read_bytes()).hexdigest()
+    assert logged.tags["summary.model_sha256"] == model_sha256
     summary = {"summary.minutes", "summary.parameters", "summary.final_val_bleu", "summary.final_model"}
     assert summary <= set(logged.tags)
     assert logged.tags[NOTE].split("\n\n")[-1].startswith("Result: final model ")
@@ -552,12 +572,12 @@ def test_a_tiny_run_uploads_the_checkpoints_log_checkpoints_names(
     tracker = mlflow_tracker.MlflowTracker(run_id, log_checkpoints=policy, training_set=data)
     run = RunContext(tmp_path, tmp_path / "log.csv", data_id="toy", tracker=tracker)
     toy = pairs()
+    model = Transformer(TOY_MODEL, 20, PAD)
     train(
-        Transformer(TOY_MODEL, 20, PAD),
+        model,
         toy,
         ToyValidation(toy[:16]),
-        from_params(OptimConfig, **TOY_OPTIM | {"max_steps": 8}),
-        run,
+        loop.start(model, from_params(OptimConfig, **TOY_OPTIM | {"max_steps": 8}), run),
     )
     assert {Path(f.path).name for f in client.list_artifacts(run_id, "checkpoints")} == uploaded
     (dataset_input,) = client.get_run(run_id).inputs.dataset_inputs
@@ -607,3 +627,74 @@ def test_progress_of_other_ranks_is_silent(capsys):
     progress.update(1, 1.0, {"train_loss": 1.0})
     progress.line("hidden")
     assert capsys.readouterr() == ("", "")
+
+
+# ---------------------------------------------------------------- a corrupt tracking database
+
+
+def sqlite_file(path: Path) -> Path:
+    """A small healthy SQLite database of several pages at `path`."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, payload TEXT)")
+        db.executemany("INSERT INTO runs (payload) VALUES (?)", [("x" * 200,)] * 200)
+    db.close()
+    return path
+
+
+def corrupt(path: Path, how: str) -> Path:
+    """`path` truncated to half its size, or with a garbage header."""
+    if how == "truncated":
+        os.truncate(path, path.stat().st_size // 2)
+    else:
+        with path.open("r+b") as f:
+            f.write(b"not a database at all, garbage!!" * 4)
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage header"])
+def test_a_corrupt_tracking_database_is_one_line_naming_the_file(tmp_path, how):
+    db = corrupt(sqlite_file(tmp_path / "mlflow.db"), how)
+    with pytest.raises(PipelineError) as info:
+        store.check_store(f"sqlite:///{db}")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{db}: not a readable SQLite database (")
+    assert "move it aside" in message
+
+
+def test_a_healthy_or_absent_database_passes_the_check(tmp_path):
+    store.check_store(f"sqlite:///{sqlite_file(tmp_path / 'ok.db')}")
+    store.check_store(f"sqlite:///{tmp_path / 'not-yet.db'}")  # MLflow creates it
+    assert not (tmp_path / "not-yet.db").exists()
+
+
+def test_decode_refuses_a_corrupt_database_before_translating(tmp_path, monkeypatch):
+    """The check comes before minutes of translating, not after them."""
+    from from_params import write_changed_params
+
+    from stages import decode
+
+    monkeypatch.chdir(tmp_path)
+    write_changed_params(tmp_path / "params.yaml")
+    db = corrupt(sqlite_file(tmp_path / "mlflow.db"), "truncated")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+
+    def translator(*args, **kwargs):
+        raise AssertionError("the model was loaded before the tracking database was checked")
+
+    monkeypatch.setattr(decode, "load_translator", translator)
+    monkeypatch.setattr(decode, "die_with_parent", lambda: True, raising=False)  # not for pytest itself
+    with pytest.raises(PipelineError, match="not a readable SQLite database"):
+        decode.main()
+
+
+def test_the_server_refuses_a_corrupt_database_in_one_line(tmp_path):
+    db = corrupt(sqlite_file(tmp_path / "mlflow.db"), "garbage header")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}
+    cmd = [sys.executable, "-m", "pipeline.serving.server", "-m", "models:/m@candidate", "-p", "0"]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"error: {db}: not a readable SQLite database (file is not a database); {store.MOVE_ASIDE}"
+    ]

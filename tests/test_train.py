@@ -18,15 +18,17 @@ from toy_train import TOY_MAX_LEN, TOY_MODEL, TOY_OPTIM, ToyValidation, pairs, t
 from pipeline.core.config import OptimConfig, TrainConfig
 from pipeline.core.errors import PipelineError, Stopped
 from pipeline.model import transformer
+from pipeline.model.linear_loss import linear_label_smoothed_loss
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint, final_model
 from pipeline.training import loop as train_module
-from pipeline.training.loop import RunContext, label_smoothed_loss, run_identity
+from pipeline.training.loop import RunContext, run_identity, start
 
 PAD = 0
 
 
-def test_label_smoothed_loss_matches_hand_computation():
+def test_the_trainers_loss_is_label_smoothed_cross_entropy_by_hand():
+    """The fused loss with the identity as the projection: the logits themselves."""
     logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 3.0, -0.5], [1.0, 1.0, 1.0, 1.0]])
     target = torch.tensor([1, 2, PAD])  # the third token is padding and must not count
     eps, v = 0.1, 4
@@ -35,7 +37,7 @@ def test_label_smoothed_loss_matches_hand_computation():
         log_z = math.log(sum(math.exp(x) for x in row))
         logp = [x - log_z for x in row]
         expected += -((1 - eps) * logp[y] + eps / v * sum(logp))
-    got = label_smoothed_loss(logits, target, PAD, eps)
+    got = linear_label_smoothed_loss(logits, torch.eye(v), target, pad_id=PAD, smoothing=eps)
     assert got.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -120,7 +122,7 @@ def test_a_second_signal_interrupts_at_once():
 
 CHILD = """
 import signal, sys, time
-from pipeline.training.stopping import die_with_parent
+from pipeline.core.signals import die_with_parent
 signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
 assert die_with_parent()
 open(sys.argv[1] + ".ready", "w").close()
@@ -218,8 +220,9 @@ def test_every_checkpoint_and_the_final_model_record_the_tokenizer(tmp_path):
         optim=optim,
     )
     validation = ToyValidation(data[:16])
-    progress = train_module.train(model, data, validation, cfg.optim, run)
-    final_model.save_final_model(model, progress, validation, cfg, run)
+    state = start(model, cfg.optim, run)
+    train_module.train(model, data, validation, state)
+    final_model.save_final_model(model, state, validation, cfg)
     for name in ("best.pt", "step0000008.pt", "last.pt", "final.pt"):
         assert checkpoint.load(tmp_path / name)[checkpoint.TOKENIZER_KEY] == digest, name
 

@@ -13,11 +13,11 @@ from toy_train import TOY_OPTIM, ToyValidation
 
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig, TokenizerConfig
 from pipeline.core.errors import CheckpointError, run_main
-from pipeline.data.batching import longest_sides
+from pipeline.data.batching import EpochOrder, longest_sides, to_tensors
 from pipeline.data.tokenizer import Tokenizer, train_tokenizer
 from pipeline.training import checkpoint
 from pipeline.training import loop as train_module
-from pipeline.training.loop import EpochOrder, RunContext, new_model, run_identity, to_tensors
+from pipeline.training.loop import RunContext, new_model, run_identity, start
 from pipeline.training.warm_start import warm_start
 
 NAME = "warm-start-test"
@@ -41,7 +41,7 @@ def first_batch_loss(model, data: list, pad_id: int) -> float:
     )
     keep = tgt_out != pad_id
     with torch.no_grad():
-        loss = train_module.label_smoothed_loss(model.eval()(src, tgt_in, keep), tgt_out[keep], pad_id, 0.1)
+        loss = model.eval()(src, tgt_in, keep, target=tgt_out[keep], label_smoothing=0.1)
     return loss.item() / int(keep.sum())
 
 
@@ -62,9 +62,8 @@ def champion(tmp_path_factory):
         data = pairs(tok)
         model = new_model(MODEL, tok.vocab_size, tok.pad_id, seed=5)
         optim = from_params(OptimConfig, **(TOY_OPTIM | {"max_steps": 80, "val_every": 40}))
-        train_module.train(
-            model, data, ToyValidation(data[:4]), optim, RunContext(root / "c", root / "c.csv", "x")
-        )
+        run = RunContext(root / "c", root / "c.csv", "x")
+        train_module.train(model, data, ToyValidation(data[:4]), start(model, optim, run))
         ckpt = checkpoint.save(root / "model.pt", checkpoint.weights(model))
         run_id = store.client().create_run(store.experiment_id("warm")).info.run_id
         version = log_translator(run_id, ckpt, spm_model, from_params(DecodeConfig).settings(), NAME)
@@ -90,7 +89,7 @@ def test_training_starts_from_the_champions_weights(champion, mlflow_uri, tmp_pa
 
     run = RunContext(tmp_path, tmp_path / "log.csv", "x", init_from=source)
     optim = from_params(OptimConfig, **(TOY_OPTIM | {"max_steps": 1}))
-    train_module.train(model, data, ToyValidation(data[:4]), optim, run)
+    train_module.train(model, data, ToyValidation(data[:4]), start(model, optim, run))
     champion_loss = first_batch_loss(trained, data, tok.pad_id)
     assert losses[0] == pytest.approx(champion_loss, rel=1e-4)
     assert losses[0] < 0.5 * fresh_loss  # a fresh initialisation is far worse on the same batch

@@ -22,7 +22,7 @@ from pipeline.core.errors import CheckpointError, run_main
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint, distributed
 from pipeline.training import loop as train_module
-from pipeline.training.loop import RunContext, train
+from pipeline.training.loop import RunContext, start, train
 
 
 def record(world: distributed.World) -> tuple[list[float], list[str]]:
@@ -62,9 +62,8 @@ def main(out_dir: Path, max_steps: int, accum_steps: int) -> None:
         accum_steps=accum_steps,
     )
     try:
-        train(
-            model, data, ToyValidation(data[:16]), cfg, RunContext(out_dir, out_dir / "log.csv", "toy", world)
-        )
+        run = RunContext(out_dir, out_dir / "log.csv", "toy", world)
+        train(model, data, ToyValidation(data[:16]), start(model, cfg, run))
         checksum = sum(float(p.double().sum()) for p in model.parameters())
         result = {"losses": losses, "written": written, "checksum": checksum}
         (out_dir / f"rank{world.rank}.json").write_text(json.dumps(result))

@@ -21,7 +21,7 @@ from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.model.transformer import Transformer
 from pipeline.training import checkpoint
 from pipeline.training import loop as train_module
-from pipeline.training.loop import Progress, RunContext, train
+from pipeline.training.loop import Progress, RunContext, start, train
 from pipeline.training.validation import validation_loss
 
 PAD, BOS, EOS = 0, 2, 3
@@ -67,7 +67,10 @@ def toy_run(
     model = Transformer(model_cfg, 20, PAD)
     run = RunContext(out_dir, out_dir / "log.csv", data_id="toy")
     return model, train(
-        model, data, ToyValidation(data[:16]), from_params(OptimConfig, **(TOY_OPTIM | optim)), run
+        model,
+        data,
+        ToyValidation(data[:16]),
+        start(model, from_params(OptimConfig, **(TOY_OPTIM | optim)), run),
     )
 
 

@@ -1,35 +1,28 @@
 """Validated configuration: one pydantic model per `params.yaml` section, types and ranges only.
 
-Every value, defaults included, is written in `params.yaml`. `load_params()` validates it; a missing,
-wrong-typed, out-of-range or unknown key raises `ConfigError` with one line naming the file and the
-dotted field, e.g. ``params.yaml: train.dropout: Input should be less than 1``.
+Every value, defaults included, is written in `params.yaml`; `pipeline.core.params_file` reads it,
+and a missing, wrong-typed, out-of-range or unknown key is a one-line `ConfigError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, get_args
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from pipeline.core.errors import ConfigError
-
 N_SPECIAL_TOKENS = 4  # pad, unk, bos, eos: see pipeline.data.tokenizer
 # decode.beam_size at most: wider beams only cost time (Koehn & Knowles 2017: BLEU falls beyond ~30)
 MAX_BEAM_SIZE = 100
-# The one place defaults are written is params.yaml; this link to it travels with the package.
-SHIPPED_PARAMS = Path(__file__).with_name("params.yaml")
+MAX_SEED = 2**32 - 1  # numpy's and SentencePiece's seeds are unsigned 32-bit
+MAX_VOCAB = 65_536  # `prepare` stores piece ids as uint16
 
 
 class Section(BaseModel):
@@ -37,6 +30,7 @@ class Section(BaseModel):
     and a boolean is not a number (YAML's `true` would otherwise pass as 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    OUTPUTS: ClassVar[tuple[str, ...]] = ()  # the fields naming files or folders the stages write
 
     @field_validator("*", mode="before")
     @classmethod
@@ -64,18 +58,20 @@ S = TypeVar("S", bound=Section)
 class DownloadConfig(Section):
     """Stage `download`: where Multi30k lives and how much of it the DAG uses."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_dir",)
     out_dir: str
     mirror: str | None  # env MULTI30K_MIRROR wins over this
-    max_train_pairs: int | None = Field(gt=0)  # smoke runs: first N pairs
-    max_eval_pairs: int | None = Field(gt=0)
+    max_train_pairs: int | None = Field(gt=0, le=10**9)  # smoke runs: first N pairs
+    max_eval_pairs: int | None = Field(gt=0, le=10**9)
     tgt_lang: Literal["de", "fr", "cs"]  # target language (cs has no test_2017_flickr)
 
 
 class TokenizerConfig(Section):
     """Stage `tokenizer`: one joint SentencePiece model over train EN+DE."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_dir",)
     model_type: Literal["unigram", "bpe"]
-    vocab_size: int = Field(gt=N_SPECIAL_TOKENS)
+    vocab_size: int = Field(gt=N_SPECIAL_TOKENS, le=MAX_VOCAB)
     character_coverage: float = Field(gt=0.0, le=1.0)
     out_dir: str
 
@@ -83,12 +79,13 @@ class TokenizerConfig(Section):
 class WarmupDataConfig(Section):
     """Stage `warmup_data`: the number-to-words task, split by number."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_dir",)
     out_dir: str
     max_number: int = Field(ge=10, le=999_999)
-    n_train: int = Field(gt=0)
-    n_val: int = Field(gt=0)
-    n_test: int = Field(gt=0)
-    seed: int
+    n_train: int = Field(gt=0, le=1_000_000)
+    n_val: int = Field(gt=0, le=1_000_000)
+    n_test: int = Field(gt=0, le=1_000_000)
+    seed: int = Field(ge=0, le=MAX_SEED)
 
     @model_validator(mode="after")
     def _fits(self) -> WarmupDataConfig:
@@ -100,10 +97,10 @@ class WarmupDataConfig(Section):
 class ModelConfig(Section):
     """Transformer sizes (Vaswani et al. 2017, Table 3 names)."""
 
-    d_model: int = Field(gt=0)
-    n_heads: int = Field(gt=0)
-    n_layers: int = Field(gt=0)
-    d_ff: int = Field(gt=0)
+    d_model: int = Field(gt=0, le=16_384)
+    n_heads: int = Field(gt=0, le=1024)
+    n_layers: int = Field(gt=0, le=128)
+    d_ff: int = Field(gt=0, le=65_536)
     dropout: float = Field(ge=0.0, lt=1.0)
     attn_dropout: float = Field(ge=0.0, lt=1.0)  # on the attention weights
     act_dropout: float | None = Field(ge=0.0, lt=1.0)  # after the FFN's ReLU; None: `dropout`
@@ -124,23 +121,23 @@ class OptimConfig(Section):
     the others are budgets and bookkeeping that may change between a run and its continuation.
     """
 
-    seed: int
-    max_tokens: int = Field(gt=0)  # padded tokens of the larger side per batch
-    accum_steps: int = Field(gt=0)
-    peak_lr: float = Field(gt=0.0)
+    seed: int = Field(ge=0, le=MAX_SEED)
+    max_tokens: int = Field(gt=0, le=10_000_000)  # padded tokens of the larger side per batch
+    accum_steps: int = Field(gt=0, le=10_000)
+    peak_lr: float = Field(gt=0.0, le=1.0)
     schedule: Literal["inverse_sqrt", "linear", "cosine"]  # pipeline.training.schedule
-    warmup_steps: int = Field(gt=0)
+    warmup_steps: int = Field(gt=0, le=100_000_000)
     label_smoothing: float = Field(ge=0.0, lt=1.0)
-    clip_norm: float = Field(gt=0.0)
-    max_steps: int = Field(gt=0)  # the budget: the same run on every machine
-    max_minutes: float = Field(gt=0.0)  # a safety cap (wall clock, validation included)
-    val_every: int = Field(gt=0)
-    patience: int = Field(gt=0)  # validations without improvement
-    average_last: int = Field(gt=0)  # step checkpoints kept for the final average
+    clip_norm: float = Field(gt=0.0, le=1e6)
+    max_steps: int = Field(gt=0, le=100_000_000)  # the budget: the same run on every machine
+    max_minutes: float = Field(gt=0.0, le=60 * 24 * 365)  # a safety cap (wall clock, validation included)
+    val_every: int = Field(gt=0, le=100_000_000)
+    patience: int = Field(gt=0, le=1_000_000)  # validations without improvement
+    average_last: int = Field(gt=0, le=1000)  # step checkpoints kept for the final average
     ema_decay: float | None = Field(gt=0.0, lt=1.0)  # weight average candidate; None: off
     device: Literal["auto", "cpu", "cuda"]
     precision: Literal["auto", "fp32", "bf16"]
-    threads: int | None = Field(gt=0)
+    threads: int | None = Field(gt=0, le=4096)
 
     TRAJECTORY: ClassVar[tuple[str, ...]] = (
         "seed",
@@ -157,6 +154,7 @@ class OptimConfig(Section):
 class WarmupTrainConfig(Section):
     """Stage `warmup_train`: a small model on number-to-words, gated on exact match."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_dir", "log_csv", "metrics_json", "facts_json")
     out_dir: str  # checkpoints
     log_csv: str
     metrics_json: str  # numbers: exact_match (test split), steps, minutes
@@ -169,8 +167,8 @@ class WarmupTrainConfig(Section):
 class DistConfig(Section):
     """Stage `train` under `torchrun` (DistributedDataParallel). 1 × 1 = one plain process."""
 
-    nproc_per_node: int = Field(gt=0)  # processes (GPUs) per machine
-    nnodes: int = Field(gt=0)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
+    nproc_per_node: int = Field(gt=0, le=1024)  # processes (GPUs) per machine
+    nnodes: int = Field(gt=0, le=100_000)  # machines; > 1 needs master_addr (each sets env NODE_RANK)
     master_addr: str | None  # host name or address of node 0, multi-node only
     master_port: int = Field(gt=0, lt=65536)
 
@@ -184,14 +182,22 @@ class DistConfig(Section):
 class TrainConfig(Section):
     """Stage `train`: the Transformer on Multi30k."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = (
+        "out_dir",
+        "model_file",
+        "log_csv",
+        "metrics_json",
+        "facts_json",
+        "run_id_file",
+    )
     out_dir: str  # checkpoints (`last.pt` continues a run)
     model_file: str  # the final model the later stages read: in out_dir
     log_csv: str  # one row per validation
     metrics_json: str  # numbers people compare (DVC metrics)
     facts_json: str  # device, versions, final-model choice
     run_id_file: str  # the MLflow run decode/score add to
-    max_len: int = Field(gt=0)  # pieces; longer training pairs are skipped
-    val_max_sentences: int | None = Field(gt=0)  # cap greedy-BLEU cost
+    max_len: int = Field(gt=0, le=100_000)  # pieces; longer training pairs are skipped
+    val_max_sentences: int | None = Field(gt=0, le=10**9)  # cap greedy-BLEU cost
     model: ModelConfig
     optim: OptimConfig
     dist: DistConfig
@@ -228,10 +234,10 @@ class SearchConfig(Section):
     """Beam search (Wu et al. 2016 length penalty): what every decoder takes and the served model logs."""
 
     beam_size: int = Field(gt=0, le=MAX_BEAM_SIZE)
-    length_penalty: float = Field(ge=0.0)
-    max_len_a: float = Field(ge=0.0)  # max target pieces = a * src_len + b
-    max_len_b: int = Field(ge=1)
-    batch_size: int = Field(gt=0)  # sentences per batch
+    length_penalty: float = Field(ge=0.0, le=10.0)  # GNMT alpha: 0 (none) to 2 in practice
+    max_len_a: float = Field(ge=0.0, le=10.0)  # max target pieces = a * src_len + b
+    max_len_b: int = Field(ge=1, le=10_000)
+    batch_size: int = Field(gt=0, le=100_000)  # sentences per batch
 
 
 class DecodeConfig(SearchConfig):
@@ -245,6 +251,7 @@ class DecodeConfig(SearchConfig):
         "robustness_json",
         "robustness_failures_json",
     )
+    OUTPUTS: ClassVar[tuple[str, ...]] = PATHS[2:]  # the two TSV files are inputs
 
     time_machine_tsv: str  # the tutorial's 20 sentences and its German
     robustness_tsv: str  # inputs and the properties their output must keep
@@ -266,6 +273,7 @@ class DecodeConfig(SearchConfig):
 class ScoreConfig(Section):
     """Stage `score`: sacreBLEU of `decode`'s translations."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("scores_dir", "facts_json")
     scores_dir: str  # <split>.json: numbers only (DVC metrics)
     facts_json: str  # the sacreBLEU signatures
 
@@ -273,6 +281,7 @@ class ScoreConfig(Section):
 class ReportConfig(Section):
     """Stage `report`: the results page and its figures."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("page_md", "figures_dir", "plots_template")
     page_md: str
     figures_dir: str
     plots_template: str  # `dvc plots show`'s page (.dvc/config)
@@ -282,15 +291,16 @@ class ServeConfig(Section):
     """The served MLflow model's request limits (logged with it by `decode`): a request beyond
     them is answered with a 400 at once, before any translation."""
 
-    max_inputs: int = Field(gt=0)  # strings per request
-    max_chars: int = Field(gt=0)  # characters per string
-    max_seconds: float = Field(gt=0.0)  # a request stops past it (MLflow's own -t: 60 s)
-    max_body_bytes: int = Field(gt=0)  # a larger request body: 413, not read to its end
+    max_inputs: int = Field(gt=0, le=1_000_000)  # strings per request
+    max_chars: int = Field(gt=0, le=10_000_000)  # characters per string
+    max_seconds: float = Field(gt=0.0, le=86_400.0)  # a request stops past it (MLflow's own -t: 60 s)
+    max_body_bytes: int = Field(gt=0, le=2**31)  # a larger request body: 413, not read to its end
 
 
 class IncomingConfig(Section):
     """Stage `incoming`: user-supplied `en<TAB>de` files merged with Multi30k train."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_jsonl", "metrics_json")
     in_dir: str  # *.tsv files users drop in
     out_jsonl: str  # the training set the train stage reads
     metrics_json: str  # counts: read, dropped (leak, duplicate), added
@@ -300,35 +310,38 @@ class DistillConfig(Section):
     """Stage `distill`: sequence-level knowledge distillation (Kim & Rush 2016, section 3.1).
 
     With `teacher` empty the merged set passes through unchanged; otherwise the teacher checkpoints
-    (names in `teacher_dir`, decoded together as an ensemble with the `decode` settings) translate its
-    English side, and those translations are the training targets (after the original pairs with
-    `keep_original`).
+    translate its English side with the `decode` settings, and those translations are training
+    targets (after the original pairs with `keep_original`). `combine`: `ensemble` decodes the
+    teachers together (log-probabilities averaged), one translation per source; `each` adds every
+    teacher's own translation (the forward half of data diversification, Nguyen et al. 2020).
     """
 
-    teacher: tuple[str, ...]  # checkpoint file names in teacher_dir; () = off
-    teacher_dir: str  # a DVC dependency: a changed teacher re-runs the stage
-    keep_original: bool  # train on the original pairs and the teacher's, or the teacher's alone
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_jsonl", "facts_json")
+    teacher: tuple[str, ...]  # checkpoint paths in the checkout (each a DVC dependency); () = off
+    combine: Literal["ensemble", "each"]
+    keep_original: bool  # train on the original pairs and the teachers', or the teachers' alone
     out_jsonl: str  # what `prepare` reads
-    facts_json: str  # the teacher's files and SHA-256, pair counts, minutes
+    facts_json: str  # the teachers' files and SHA-256, pair counts, minutes
 
 
 class PrepareConfig(Section):
     """Stage `prepare`: the merged training set tokenized once, memory-mapped (`pipeline.data.corpus`)."""
 
+    OUTPUTS: ClassVar[tuple[str, ...]] = ("out_dir",)
     out_dir: str
     # Subword sampling (Kudo 2018, section 3): each pair written `sampling_copies` times, each
     # copy both sides segmented by a sample from the unigram model's lattice at smoothing
     # `sampling_alpha` (smaller: more varied); None = off, one best segmentation per pair.
-    sampling_alpha: float | None = Field(gt=0.0)
-    sampling_copies: int = Field(ge=1)
-    sampling_seed: int  # SentencePiece's sampler seed: the same copies on every run
+    sampling_alpha: float | None = Field(gt=0.0, le=1.0)  # BPE-dropout reads it as a probability
+    sampling_copies: int = Field(ge=1, le=1_000_000)  # the disk-space check is the real limit
+    sampling_seed: int = Field(ge=0, le=MAX_SEED)  # SentencePiece's sampler: the same copies every run
 
 
 class PromotionConfig(Section):
     """The flow's promotion: sacreBLEU paired bootstrap of val BLEU, candidate vs champion."""
 
     p_threshold: float = Field(gt=0.0, lt=1.0)  # promote only when p is below it
-    n_samples: int = Field(gt=0)  # bootstrap resamples
+    n_samples: int = Field(gt=0, le=10_000_000)  # bootstrap resamples
 
 
 class Params(Section):
@@ -348,78 +361,3 @@ class Params(Section):
     serve: ServeConfig
     mlflow: MlflowConfig
     promotion: PromotionConfig
-
-
-class FieldError(ConfigError):
-    """One field of a section is invalid: `field` (its name) and `reason` (pydantic's message)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
-def with_updates(section: S, updates: dict) -> S:
-    """`section` with `updates` replaced, validated like params.yaml (an unknown field is an error).
-
-    Raises:
-        FieldError: the first invalid field and why.
-    """
-    try:
-        return type(section).model_validate({**section.model_dump(), **updates})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise FieldError(field, first["msg"].replace("Value error, ", "")) from None
-
-
-def _one_line(err: ValidationError, path: Path) -> str:
-    first = err.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "<root>"
-    msg = first["msg"].replace("Value error, ", "")
-    return f"{path}: {field}: {msg}"
-
-
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate `params.yaml`.
-
-    Raises:
-        ConfigError: the file is missing, not YAML, or a field is invalid (one line).
-    """
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    try:
-        return Params.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_one_line(exc, path)) from None
-
-
-@cache
-def default_params() -> Params:
-    """The defaults: the `params.yaml` shipped inside the package (a link to the repository's file,
-    copied into a built wheel and into the served model's code), for code run with no params file.
-
-    Raises:
-        ConfigError: the shipped file is missing or invalid (one line).
-    """
-    return load_params(SHIPPED_PARAMS)
-
-
-def flatten(tree: Mapping, prefix: str = "") -> dict[str, object]:
-    """{"train": {"model": {"d_model": 256}}} -> {"train.model.d_model": 256}."""
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out |= flatten(value, f"{name}.")
-        else:
-            out[name] = value
-    return out

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipeline.data.tokenizer import BOS_ID, EOS_ID
+
 Pair = tuple[list[int], list[int]]
 
 
@@ -64,6 +66,32 @@ def _batch_size(ranked: np.ndarray, start: int, max_tokens: int) -> int:
         window *= 2  # zero-length pairs cost nothing: widen until one does not fit
 
 
+class EpochOrder:
+    """The seeded batch order of every epoch (`batch_order` of the pairs' `lengths`), each epoch's
+    computed once, read from a position (epoch, batches of that epoch already taken)."""
+
+    def __init__(self, lengths: np.ndarray, max_tokens: int, seed: int) -> None:
+        self.lengths, self.max_tokens, self.seed, self.cached = lengths, max_tokens, seed, (-1, [])
+
+    def __call__(self, epoch: int) -> list[np.ndarray]:
+        if self.cached[0] != epoch:
+            self.cached = (epoch, batch_order(self.lengths, self.max_tokens, self.seed, epoch))
+        return self.cached[1]
+
+    def take(self, n: int, epoch: int, index: int) -> tuple[list[np.ndarray], int, int]:
+        """The next `n` batches from batch `index` of `epoch`, crossing into the next epochs as
+        needed; returns (the batches, the epoch and index after them)."""
+        out = []
+        while len(out) < n:
+            batches = self(epoch)
+            if index >= len(batches):
+                epoch, index = epoch + 1, 0
+                continue
+            out.append(batches[index])
+            index += 1
+        return out, epoch, index
+
+
 def make_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
     """`batch_order` of `pairs` (lists of piece ids), each batch a list of indices into `pairs`."""
     return [b.tolist() for b in batch_order(longest_sides(pairs), max_tokens, seed, epoch)]
@@ -84,6 +112,13 @@ def collate(pairs: list[Pair], pad_id: int, bos_id: int, eos_id: int) -> tuple[T
     tgt_in = pad([[bos_id] + t for _, t in pairs], pad_id)
     tgt_out = pad([t + [eos_id] for _, t in pairs], pad_id)
     return src, tgt_in, tgt_out
+
+
+def to_tensors(
+    pairs: Sequence[Pair], batch: Sequence[int], pad_id: int, device: torch.device
+) -> list[Tensor]:
+    """The pairs at indices `batch` as `[src [B, S], tgt_in [B, T], tgt_out [B, T]]` on `device`."""
+    return [t.to(device) for t in collate([pairs[i] for i in batch], pad_id, BOS_ID, EOS_ID)]
 
 
 def batches(order: Sequence[int], size: int) -> Iterator[list[int]]:

@@ -8,7 +8,9 @@ dtype, pair count, and what the caller adds, e.g. the tokenizer's SHA-256). See 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -18,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import DataError
-from pipeline.core.io import current_umask
+from pipeline.core.errors import DataError, PipelineError
+from pipeline.core.io import current_umask, disk_full
 
 FORMAT = 1
 SIDES = ("src", "tgt")
@@ -157,15 +159,18 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
 def write_corpus(folder: str | Path, chunks: Iterable[Sequence[Pair]], max_id: int, meta: dict) -> dict:
     """Write the pairs of `chunks` as a corpus `open` reads; returns the meta written.
 
-    `chunks` is an iterable of pair lists, consumed one at a time; ids are stored in `id_dtype(max_id)`.
-    Atomic: built in a temp folder beside `folder`, which replaces `folder` only when complete. `meta` is
-    read once every chunk is written (a generator of chunks may fill in counts).
+    `chunks` is an iterable of pair lists, consumed one at a time and streamed to disk (memory does not
+    grow with the pairs); ids are stored in `id_dtype(max_id)`. Atomic: built in a temp folder beside
+    `folder`, which replaces `folder` only when complete; an error or a stop (Ctrl-C, SIGTERM raised as
+    an exception) removes the temp folder. `meta` is read once every chunk is written (a generator of
+    chunks may fill in counts).
 
     Returns:
         The meta written: `meta` plus format, dtype, pairs.
 
     Raises:
         DataError: an id is above `max_id` (nothing is written).
+        PipelineError: the disk filled up (nothing is replaced).
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +181,12 @@ def write_corpus(folder: str | Path, chunks: Iterable[Sequence[Pair]], max_id: i
         meta = {**meta, **arrays}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         _replace_dir(tmp, folder)
+    except OSError as err:
+        if disk_full(err, folder.parent):
+            raise PipelineError(
+                f"{folder}: no space left on device in {folder.parent}; nothing was replaced"
+            ) from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return meta
@@ -184,25 +195,61 @@ def write_corpus(folder: str | Path, chunks: Iterable[Sequence[Pair]], max_id: i
 def _write_arrays(
     tmp: Path, chunks: Iterable[Sequence[Pair]], dtype: np.dtype, max_id: int, where: Path
 ) -> dict:
-    lengths: dict[str, list[np.ndarray]] = {s: [] for s in SIDES}
-    files = {s: (tmp / f"{s}.bin").open("wb") for s in SIDES}
-    try:
+    """Stream the ids to `<side>.bin` and the offsets to `<side>.idx.npy` (the bytes `np.save` writes)."""
+    with contextlib.ExitStack() as files:
+        ids = {s: files.enter_context((tmp / f"{s}.bin").open("wb")) for s in SIDES}
+        offsets = {s: files.enter_context(_OffsetsFile(tmp / f"{s}.idx.npy")) for s in SIDES}
         for chunk in chunks:
             for n, side in enumerate(SIDES):
                 flat, counts = _side(chunk, n)
                 if flat.size and (flat.max() > max_id or flat.min() < 0):
                     raise DataError(f"{where}: a piece id outside 0..{max_id}")
-                files[side].write(flat.astype(dtype).tobytes())
-                lengths[side].append(counts)
-    finally:
-        for f in files.values():
-            f.close()
-    n_pairs = 0
-    for side in SIDES:
-        counts = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, dtype=np.int64)
-        np.save(tmp / f"{side}.idx.npy", _offsets(counts))
-        n_pairs = len(counts)
-    return {"format": FORMAT, "dtype": dtype.str, "pairs": n_pairs}
+                ids[side].write(flat.astype(dtype).tobytes())
+                offsets[side].append(counts)
+    return {"format": FORMAT, "dtype": dtype.str, "pairs": offsets["src"].pairs}
+
+
+class _OffsetsFile:
+    """A `[n_pairs + 1]` int64 `.npy` array of offsets written as the pair lengths come.
+
+    The header is written first for an empty array and rewritten for the final shape on close: numpy
+    pads a 1-D header so that its size does not depend on the length."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.pairs, self.end = path, 0, 0
+        self.file = path.open("wb")
+        self.file.write(_npy_header(0))
+        self._write(np.zeros(1, dtype=np.int64))
+
+    def __enter__(self) -> _OffsetsFile:
+        return self
+
+    def append(self, lengths: np.ndarray) -> None:
+        """Add the offsets that end pairs of these lengths (`[n]` int64)."""
+        self._write(self.end + np.cumsum(lengths, dtype=np.int64))
+        self.pairs += len(lengths)
+        self.end += int(lengths.sum())
+
+    def _write(self, offsets: np.ndarray) -> None:
+        self.file.write(offsets.astype("<i8").tobytes())
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc[0] is None:
+                header = _npy_header(self.pairs + 1)
+                if len(header) != len(_npy_header(0)):
+                    raise RuntimeError(f"{self.path}: numpy's .npy header grew with the array's length")
+                self.file.seek(0)
+                self.file.write(header)
+        finally:
+            self.file.close()
+
+
+def _npy_header(length: int) -> bytes:
+    """The `.npy` header `np.save` writes for a `[length]` little-endian int64 array."""
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": "<i8", "fortran_order": False, "shape": (length,)})
+    return out.getvalue()
 
 
 def _replace_dir(new: Path, folder: Path) -> None:

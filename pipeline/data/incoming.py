@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import DataError
-from pipeline.core.io import atomic_path, write_text
+from pipeline.core.io import atomic_path
 
 PATTERN = "*.tsv"
 BOM = b"\xef\xbb\xbf"
@@ -247,9 +247,19 @@ def merged_line(en: str, de: str, tgt: str = "de") -> str:
     return json.dumps({"en": en, tgt: de}, ensure_ascii=False) + "\n"
 
 
-def write_merged(path: str | Path, pairs: Iterable[Pair], tgt: str = "de") -> None:
-    """Atomically write pairs as JSON Lines `{"en": ..., tgt: ...}` (deterministic bytes)."""
-    write_text(path, "".join(merged_line(en, de, tgt) for en, de in pairs))
+def write_merged(path: str | Path, pairs: Iterable[Pair], tgt: str = "de") -> int:
+    """Atomically write pairs as JSON Lines `{"en": ..., tgt: ...}` (deterministic bytes), a line at a
+    time as `pairs` yields them. Returns the pairs written.
+
+    Raises:
+        PipelineError: the disk filled up (the file is left as it was).
+    """
+    written = 0
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="\n") as out:
+        for en, de in pairs:
+            out.write(merged_line(en, de, tgt))
+            written += 1
+    return written
 
 
 def iter_merged(path: str | Path, tgt: str = "de") -> Iterator[Pair]:

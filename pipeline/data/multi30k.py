@@ -1,9 +1,8 @@
-"""Multi30k Task 1 (English to German, French or Czech): fetch the checksum-pinned raw files, validate them, store a DatasetDict.
-
-Sources are tried in order, each either a local folder or a base URL holding `<split>.<lang>.gz`;
-URLs go through pooch (hash check, retries). Every file is checked against its pinned SHA-256
-whichever source it came from. The result is built in a temp folder beside the output and renamed
-into place only when every check has passed, so a failure leaves nothing partial behind.
+"""Multi30k Task 1 (English to German, French or Czech): fetch the checksum-pinned raw files,
+validate them, store a DatasetDict. Sources are tried in order, each a local folder or a base URL
+holding `<split>.<lang>.gz` (URLs through pooch: hash check, retries); every file is checked against
+its pinned SHA-256. The result is built in a temp folder beside the output and renamed into place
+only when every check has passed, so a failure leaves nothing partial behind.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class WarmupVocab:
 
 
 def encode(split: Dataset, vocab: WarmupVocab) -> list[tuple[list[int], list[int]]]:
-    """(digit ids, word ids) per row of a warm-up split (no specials)."""
+    """(digit ids, word ids) per row of a number-to-words split (no specials)."""
     return [
         (vocab.encode_src(s), vocab.encode_tgt(t)) for s, t in zip(split["src"], split["tgt"], strict=True)
     ]

@@ -1,12 +1,13 @@
 """`python -m pipeline translate` (console script `mt-translate`): English in, the target language
 (German by default) out, one output line per input line, from the arguments or stdin
-(docs/input-processing.md). Defaults are the pipeline's files in this checkout; paths given as
-flags are relative to the working directory.
+(docs/input-processing.md), read and written as UTF-8 whatever the locale. Defaults are the
+pipeline's files in this checkout; paths given as flags are relative to the working directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from importlib import metadata
@@ -14,11 +15,13 @@ from itertools import islice
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from pipeline.core.config import DecodeConfig, FieldError, Params, default_params, load_params, with_updates
+from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
 from pipeline.core.git import repo_root
+from pipeline.core.params_file import FieldError, default_params, load_params, with_updates
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.engine import Engine
 from pipeline.serving.translator import (
@@ -37,7 +40,8 @@ BATCH_LINES = 256  # lines per batch when stdin is not a terminal
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mt-translate",
-        description="Translate English into the trained target language (params.yaml download.tgt_lang).",
+        description="Translate English into the trained target language (params.yaml download.tgt_lang). "
+        "Sentences, stdin and stdout are UTF-8 whatever the locale.",
     )
     p.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin, one per line)")
     p.add_argument(
@@ -46,10 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ensemble",
         type=Path,
-        nargs="+",
+        action="append",
         default=None,
         metavar="CHECKPOINT",
-        help="more checkpoints decoded with --checkpoint, log-probs averaged (default: decode.ensemble)",
+        help="another checkpoint decoded with --checkpoint, log-probs averaged; one flag per checkpoint "
+        "(--ensemble a.pt --ensemble b.pt; default: decode.ensemble)",
     )
     p.add_argument("--spm", type=Path, default=None, help="SentencePiece model (default: from params.yaml)")
     p.add_argument("--params", type=Path, default=DEFAULT_PARAMS, help="params file for the defaults")
@@ -142,7 +147,7 @@ def input_batches(sentences: list[str]) -> Iterator[list[str]]:
     """The arguments as one batch; else stdin: one line per batch from a terminal (answered as
     typed), `BATCH_LINES` lines per batch from a file or pipe."""
     if sentences:
-        yield [utf8_line(n, text, "argument") for n, text in enumerate(sentences, start=1)]
+        yield [utf8_line(n, utf8_argument(text), "argument") for n, text in enumerate(sentences, start=1)]
         return
     stdin = surrogate_stdin()
     lines = (utf8_line(n, line.rstrip("\n")) for n, line in enumerate(stdin, start=1))
@@ -152,11 +157,22 @@ def input_batches(sentences: list[str]) -> Iterator[list[str]]:
 
 
 def surrogate_stdin():
-    """stdin, set to hand undecodable bytes on as surrogates (whatever PYTHONIOENCODING's error
-    handler), so `utf8_line` reports them with their line number; `\\n`, `\\r\\n` and a lone `\\r` end a line."""
+    """stdin read as UTF-8 whatever the locale; `\\n`, `\\r\\n` and a lone `\\r` end a line.
+
+    Undecodable bytes are handed on as surrogates (whatever PYTHONIOENCODING's error handler), so
+    `utf8_line` reports them with their line number."""
     if hasattr(sys.stdin, "reconfigure"):
-        sys.stdin.reconfigure(errors="surrogateescape", newline=None)
+        sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape", newline=None)
     return sys.stdin
+
+
+def utf8_argument(text: str) -> str:
+    """A command-line argument read as UTF-8 whatever the locale: Python decoded its bytes with the
+    locale's encoding, so they are encoded back and decoded again (undecodable bytes as surrogates)."""
+    try:
+        return os.fsencode(text).decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # text the locale cannot encode did not come from its bytes
+        return text
 
 
 def utf8_line(number: int, line: str, source: str = "stdin line") -> str:
@@ -306,7 +322,47 @@ def run(args: argparse.Namespace) -> Iterator[str]:
         plot_attention(amap, f"{first[0]}\n{first[1]}", args.attention)
 
 
+def progress_bar(args: argparse.Namespace) -> tqdm:
+    """A count of translated lines on stderr, shown only when stdin is read, stdout is not a terminal
+    and stderr is one (`mt-translate < big.en > big.de`): elsewhere it would mix with the text."""
+    shown = not args.sentences and not sys.stdin.isatty() and not sys.stdout.isatty() and sys.stderr.isatty()
+    return tqdm(desc="mt-translate", unit=" lines", disable=not shown, file=sys.stderr)
+
+
+def write_line(text: str) -> None:
+    """Print `text` and a newline to stdout at once.
+
+    Raises:
+        PipelineError: stdout cannot be written (a full disk); stdout is then discarded, so nothing
+            more is written to it at exit.
+        BrokenPipeError: its reader went away (`run_main` ends quietly).
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        discard_stdout()
+        raise PipelineError(f"standard output: cannot be written ({err.strerror or err})") from None
+
+
+def discard_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so the interpreter's final flush of what is
+    still buffered cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    for output in run(args):
-        print(output, flush=True)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8")  # the model's text, whatever the locale
+    with progress_bar(args) as bar:
+        for output in run(args):
+            write_line(output)
+            bar.update()

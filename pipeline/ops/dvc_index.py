@@ -1,4 +1,4 @@
-"""`dvc.yaml`'s stages as DVC itself reads them (its Python API): `${...}` filled in from the
+"""A `dvc.yaml`'s stages as DVC itself reads them (its Python API): `${...}` filled in from the
 params, in an order where each stage comes after the stages that write its deps."""
 
 from __future__ import annotations
@@ -29,33 +29,38 @@ class Stage:
         return self.outs + self.metrics + self.plots
 
 
-def read_stages(repo: str | Path) -> dict[str, Stage]:
-    """The stages of `repo/dvc.yaml` by name, each after the stages it depends on (DVC's graph),
-    in file order among the stages free to come next.
+def read_stages(repo: str | Path, dvc_yaml: str = "dvc.yaml") -> dict[str, Stage]:
+    """The stages of `repo/dvc_yaml` (the default pipeline's, or a recipe's such as
+    `recipes/distill/dvc.yaml`) by name, in DAG order.
+
+    Each stage comes after the stages it depends on (DVC's graph, which spans every dvc.yaml of the
+    repository), in file order among the stages free to come next.
 
     Raises:
-        ConfigError: there is no stage, or DVC cannot read dvc.yaml or the params it names (its
-            message, one line).
+        ConfigError: there is no stage, or DVC cannot read the repository's dvc.yaml files or the
+            params they name (its message, one line).
     """
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
+    path = Path(repo) / dvc_yaml
     try:
         with Repo(str(repo), uninitialized=True) as dvc:
             index = dvc.index
-            stages = {stage.name: _stage(stage) for stage in _dag_order(index.stages, index.graph)}
+            ours = [s for s in index.stages if Path(s.path).resolve() == path.resolve()]
+            stages = {stage.name: _stage(stage) for stage in _dag_order(ours, index.graph)}
     except DvcException as err:
         message = " ".join(str(err).split()) or type(err).__name__
-        raise ConfigError(f"{Path(repo) / 'dvc.yaml'}: {message}") from None
+        raise ConfigError(f"{path}: {message}") from None
     if not stages:
-        raise ConfigError(f"{Path(repo) / 'dvc.yaml'}: no stages (missing, or no `stages` mapping)")
+        raise ConfigError(f"{path}: no stages (missing, or no `stages` mapping)")
     return stages
 
 
 def _dag_order(stages: list, graph) -> list:
-    """`stages` (file order) each after the stages it depends on: DVC's graph has an edge from a
-    stage to each stage it depends on, and refuses a cycle before this runs."""
-    needs = {stage: set(graph.successors(stage)) for stage in stages}
+    """`stages` (file order) each after the stages among them it depends on: DVC's graph has an edge
+    from a stage to each stage it depends on, and refuses a cycle before this runs."""
+    needs = {stage: set(graph.successors(stage)) & set(stages) for stage in stages}
     done: list = []
     while len(done) < len(stages):
         done.append(next(s for s in stages if s not in done and needs[s] <= set(done)))

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from pipeline.core.config import DecodeConfig, default_params, flatten, load_params
+from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.io import write_text
+from pipeline.core.params_file import default_params, flatten, load_params
 from pipeline.core.tables import markdown_table
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.translations import scores_path, translation_path

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.core.config import load_params
 from pipeline.core.errors import ConfigError, run_main
+from pipeline.core.params_file import load_params
 from pipeline.core.run_id import read_run_id
 from pipeline.data.tokenizer import model_file
 from pipeline.serving.ct2 import export_ctranslate2

@@ -11,10 +11,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.core.config import DecodeConfig, Params, load_params
+from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.device import pick_device
 from pipeline.core.errors import PipelineError, run_main
 from pipeline.core.metrics import bleu_and_length_ratio, bleu_lc_tok
+from pipeline.core.params_file import load_params
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import model_file
 from pipeline.ops import experiments as ex

@@ -13,8 +13,9 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from pipeline.core.config import PromotionConfig, default_params
+from pipeline.core.config import PromotionConfig
 from pipeline.core.errors import PipelineError
+from pipeline.core.params_file import default_params
 from pipeline.tracking import mlflow_tracker, store
 
 REPLACED_TAG = "promotion.replaced"

@@ -18,7 +18,7 @@ from pipeline.core.metrics import score
 from pipeline.data.tsv import read_tsv
 from pipeline.serving.engine import Engine
 from pipeline.serving.repeats import MAX_RUN
-from pipeline.serving.translator import MAX_SRC_PIECES, translate_lines, translate_sentences
+from pipeline.serving.translator import translate_lines, translate_sentences
 
 HEADER = ["input", "sentences", "verbatim", "case"]
 PUNCTUATION_RUN = re.compile(rf"([^\w\s])\1{{{MAX_RUN},}}")
@@ -104,7 +104,7 @@ class RobustnessResult:
 
 
 def pass_rate(
-    engine: Engine, cases: list[Case], cfg: SearchConfig, max_pieces: int = MAX_SRC_PIECES
+    engine: Engine, cases: list[Case], cfg: SearchConfig, max_pieces: int | None = None
 ) -> RobustnessResult:
     """Translate every case (one batched call) and check its properties."""
     per_line = translate_sentences(engine, [c.text for c in cases], cfg, max_pieces=max_pieces)
@@ -119,7 +119,7 @@ def uppercase_bleu(
     hyps: list[str],
     cfg: SearchConfig,
     *,
-    max_pieces: int = MAX_SRC_PIECES,
+    max_pieces: int | None = None,
 ) -> tuple[float, float]:
     """Cased BLEU against upper-cased references of (the normal source's translations `hyps`
     upper-cased, the translations of the upper-cased source)."""

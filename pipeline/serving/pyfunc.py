@@ -15,9 +15,10 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
 
-from pipeline.core.config import FieldError, SearchConfig, ServeConfig, default_params, with_updates
+from pipeline.core.config import SearchConfig, ServeConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.git import repo_root
+from pipeline.core.params_file import FieldError, default_params, with_updates
 from pipeline.data.tokenizer import SOURCE_WORDS
 from pipeline.serving.translator import (
     load_ct2_translator,

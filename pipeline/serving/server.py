@@ -18,7 +18,9 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from pipeline.core.errors import run_main
 from pipeline.serving.pyfunc import REQUEST_PARAMS, input_problem, json_kind
+from pipeline.tracking.store import check_store
 
 MODEL_URI_ENV = "MT_SERVE_MODEL_URI"  # the model each worker loads (`create_app`)
 TIMEOUT_ENV = "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"  # MLflow's app reads its request timeout here
@@ -203,6 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     args = parser().parse_args(argv)
+    if args.model_uri.startswith(("models:/", "runs:/")):
+        import mlflow
+
+        check_store(mlflow.get_tracking_uri())  # one line, not a traceback from each worker
     os.environ[MODEL_URI_ENV] = args.model_uri
     os.environ[TIMEOUT_ENV] = str(args.timeout)
     uvicorn.run(
@@ -215,4 +221,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core.config import SearchConfig, default_params
+from pipeline.core.config import SearchConfig
 from pipeline.core.errors import CheckpointError
+from pipeline.core.params_file import default_params
 from pipeline.data.languages import target
 from pipeline.data.placeholders import PLACEHOLDERS
 from pipeline.data.tokenizer import Tokenizer
@@ -42,7 +43,15 @@ from pipeline.serving.spans import NameRule, Representable, Span, find_spans, fo
 from pipeline.serving.torch_engine import TorchEngine
 from pipeline.training.checkpoint import load_model
 
-MAX_SRC_PIECES = default_params().train.max_len  # source pieces the model saw at most (eos included)
+
+def max_src_pieces() -> int:
+    """The source pieces a model saw at most (eos included): params.yaml's `train.max_len`, read when
+    first asked for (not at import, so that a bad params.yaml is the caller's one-line error).
+
+    Raises:
+        ConfigError: the shipped params.yaml is invalid.
+    """
+    return default_params().train.max_len
 
 
 def load_translator(
@@ -127,16 +136,17 @@ def unseen_name(tok: Tokenizer) -> NameRule | None:
 
 
 def prepare(
-    lines: list[str], tok: Tokenizer, max_pieces: int = MAX_SRC_PIECES, *, tgt_lang: str = "de"
+    lines: list[str], tok: Tokenizer, max_pieces: int | None = None, *, tgt_lang: str = "de"
 ) -> list[Sentence]:
-    """Split, protect, case-normalise and chunk every line's sentences (see module docstring);
-    `tgt_lang` says how protected ordinals are written.
+    """Split, protect, case-normalise and chunk every line's sentences (see module docstring) to
+    `max_pieces` (None: `max_src_pieces()`); `tgt_lang` says how protected ordinals are written.
 
     Raises:
         KeyError: `tgt_lang` is not a target language.
+        ConfigError: `max_pieces` is None and the shipped params.yaml is invalid.
     """
     language, representable, is_name = target(tgt_lang), _representable(tok), unseen_name(tok)
-    limit = max(1, max_pieces - 1)  # eos takes one position
+    limit = max(1, (max_pieces or max_src_pieces()) - 1)  # eos takes one position
 
     def count(word: str) -> int:
         return len(tok.encode(word))
@@ -210,7 +220,7 @@ def translate_sentences(
     cfg: SearchConfig,
     *,
     progress: bool = False,
-    max_pieces: int = MAX_SRC_PIECES,
+    max_pieces: int | None = None,
     tgt_lang: str = "de",
 ) -> list[list[str]]:
     """Each line's translated sentences: a list per line, [] for a blank line.
@@ -240,7 +250,7 @@ def translate_lines(
     cfg: SearchConfig,
     *,
     progress: bool = False,
-    max_pieces: int = MAX_SRC_PIECES,
+    max_pieces: int | None = None,
     tgt_lang: str = "de",
 ) -> list[str]:
     """One translated line per input line (sentences re-joined with a space; blank -> "");
@@ -261,7 +271,7 @@ def translate_lines_n_best(
     cfg: SearchConfig,
     n_best: int,
     *,
-    max_pieces: int = MAX_SRC_PIECES,
+    max_pieces: int | None = None,
     tgt_lang: str = "de",
 ) -> list[list[tuple[str, float]]]:
     """The `n_best` best translated lines of each input line, best first.

@@ -4,8 +4,10 @@ tags of a run. Details: docs/tracking-and-serving.md."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
+import sqlite3
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -74,9 +76,57 @@ def client():
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
-    check_server(uri)
+    check_store(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(uri)
+
+
+_checked: set[str] = set()  # the URIs `check_store` found usable in this process
+
+
+def check_store(uri: str | None = None) -> None:
+    """Fail in one line when the tracking store at `uri` (default `tracking_uri()`) cannot be used.
+
+    Checked once per process and URI: a server behind an http(s) URI (`check_server`), a readable
+    database behind a sqlite one (`check_database`). Stages call it before their work starts.
+
+    Raises:
+        PipelineError: no server answers, or the database file is corrupt.
+    """
+    uri = uri or tracking_uri()
+    if uri in _checked:
+        return
+    check_server(uri)
+    check_database(uri)
+    _checked.add(uri)
+
+
+MOVE_ASIDE = "move it aside (the runs in it are lost, the models in models/ and the DVC cache are not)"
+
+
+def check_database(uri: str) -> None:
+    """Fail in one line when a `sqlite:///` URI names a file SQLite cannot read (a truncated file, a
+    garbage header: `PRAGMA quick_check`, read-only).
+
+    A file not there yet is fine (MLflow creates it); a busy or locked database is MLflow's to wait for.
+
+    Raises:
+        PipelineError: the file is not a readable SQLite database; the message says what to do.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    if not path.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+            return
+        problem = str(e)
+    if problem != "ok":
+        raise PipelineError(f"{path}: not a readable SQLite database ({problem}); {MOVE_ASIDE}")
 
 
 def check_server(uri: str, timeout_s: float = 5.0) -> None:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.core.config import flatten
 from pipeline.core.io import write_json
+from pipeline.core.params_file import flatten
 from pipeline.tracking import describe
+from pipeline.tracking.describe import SUMMARY_PREFIX
 from pipeline.tracking.mlflow_tracker import MlflowTracker, training_set
 from pipeline.tracking.store import client, experiment_id, git_tags, source_tags, tracking_uri, ui_page
 
@@ -98,7 +99,7 @@ def create_train_run(params: Params, exp_id: str, start: TrainStart):
     started_by = describe.trigger()
     tags = git_tags() | source_tags(TRAIN_SOURCE) | data_tags(params, start) | _init_tags(start.init_from)
     tags |= {"stage": "train", "trigger": started_by, "device": start.device, "torch": _torch_version()}
-    tags["recipe"] = recipe_words(params)
+    tags["recipe"] = recipe_words(params, teacher_runs(params, exp_id))
     note = start_note(params, exp_id, start, tags)
     name = _unique_name(exp_id, describe.run_name(started_by, start.n_pairs, start.digest))
     run = client().create_run(exp_id, tags=tags | {MLFLOW_RUN_NOTE: note}, run_name=name)
@@ -123,7 +124,7 @@ def start_note(params: Params, exp_id: str, start: TrainStart, tags: Mapping[str
         "data": f"{start.n_pairs:,} pairs of {data.name}{incoming}",
         "digest": start.digest,
         "start": _start_words(start.init_from),
-        "recipe": recipe_words(params),
+        "recipe": tags["recipe"],
     }
     previous = _previous_train_run(exp_id)
     if previous is None:
@@ -143,19 +144,46 @@ def data_tags(params: Params, start: TrainStart) -> dict[str, str]:
     return {"data.pairs": str(start.n_pairs), "data.digest": start.digest[:12], "data.multi30k": multi30k}
 
 
-def recipe_words(params: Params) -> str:
-    """The training data's recipe in a few words: the distillation teacher and subword sampling,
-    when on (e.g. "distilled from seed2.pt + seed3.pt, with the original pairs")."""
+def recipe_words(params: Params, teacher_runs: Mapping[str, str] | None = None) -> str:
+    """The training data's recipe in a few words: the distillation teachers and subword sampling, when on.
+
+    `teacher_runs` maps a teacher's path to its MLflow run, named beside it (e.g. "distilled from a.pt
+    (run 1f2e...) + b.pt, an ensemble translation, with the original pairs")."""
     words = []
     if params.distill.teacher:
-        kept = "with the original pairs" if params.distill.keep_original else "its translations alone"
-        words.append(f"distilled from {' + '.join(params.distill.teacher)}, {kept}")
+        runs = teacher_runs or {}
+        named = [f"{path} (run {runs[path]})" if runs.get(path) else path for path in params.distill.teacher]
+        how = "an ensemble translation" if params.distill.combine == "ensemble" else "one translation each"
+        kept = "with the original pairs" if params.distill.keep_original else "their translations alone"
+        words.append(f"distilled from {' + '.join(named)}, {how}, {kept}")
     if params.prepare.sampling_alpha is not None:
         p = params.prepare
         words.append(
             f"subword sampling alpha {p.sampling_alpha} ({p.sampling_copies} copies, seed {p.sampling_seed})"
         )
     return "; ".join(words) or "the training pairs as given (no distillation, no subword sampling)"
+
+
+def teacher_runs(params: Params, exp_id: str) -> dict[str, str]:
+    """The train run of each teacher in `params.distill.teacher` (path -> run id), if any.
+
+    That is the run in experiment `exp_id` whose final model has the teacher file's SHA-256 (tag
+    `summary.model_sha256`); a teacher with no such run (trained elsewhere) is left out.
+
+    Raises:
+        MlflowException: the tracking server or database cannot be reached.
+    """
+    found = {}
+    for path in params.distill.teacher:
+        if not Path(path).is_file():
+            continue
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        runs = client().search_runs(
+            [exp_id], f"tags.`{SUMMARY_PREFIX}model_sha256` = '{digest}'", max_results=1
+        )
+        if runs:
+            found[path] = runs[0].info.run_id
+    return found
 
 
 def _start_words(init_from: dict | None) -> str:

@@ -1,4 +1,4 @@
-"""Checkpoints: save, safe load, resume, averaging and the final-model choice.
+"""Checkpoints: save, safe load and resume (the final-model choice: `pipeline.training.final_model`).
 
 A checkpoint is a dict of plain types and tensors, written atomically with `torch.save` and read with
 `torch.load(weights_only=True)`. Weights (`best.pt`, `step<N>.pt`, `model.pt`) hold `MODEL_KEYS`; a
@@ -13,17 +13,17 @@ import json
 import pickle
 import random
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from pydantic import ValidationError
 
-from pipeline.core.config import ModelConfig, flatten
+from pipeline.core.config import ModelConfig
 from pipeline.core.errors import CheckpointError
 from pipeline.core.io import atomic_path
 from pipeline.core.lock import exclusive
+from pipeline.core.params_file import flatten
 from pipeline.data.tokenizer import BOS_ID, EOS_ID, model_sha256
 from pipeline.model.transformer import Transformer
 from pipeline.training.distributed import World
@@ -297,63 +297,3 @@ def keep_newest(out_dir: Path, kept: list[str], n: int) -> list[str]:
         if path.name not in keep:
             path.unlink(missing_ok=True)
     return keep
-
-
-# ---------------------------------------------------------------- the final model
-
-
-def average(paths: list[Path]) -> dict:
-    """Average the model weights of several checkpoints (Vaswani et al. 2017, §6.1).
-
-    Returns the last checkpoint's `MODEL_KEYS` with `model` the element-wise mean (computed in
-    float64; integer buffers from the last). Tied weights (one tensor under two names) stay tied.
-    """
-    states = [load(p) for p in paths]
-    avg, done = {}, {}
-    for key, value in states[-1]["model"].items():
-        if value.data_ptr() in done:  # a tied weight: the same tensor under another name
-            avg[key] = done[value.data_ptr()]
-            continue
-        if value.is_floating_point():
-            avg[key] = sum(s["model"][key].double() for s in states).div(len(states)).to(value.dtype)
-        else:
-            avg[key] = value
-        done[value.data_ptr()] = avg[key]
-    return {**{k: states[-1][k] for k in MODEL_KEYS}, "model": avg}
-
-
-def candidates(out_dir: Path, kept: list[str], average_last: int) -> dict[str, dict]:
-    """The final-model candidates: `best.pt`, averages of the kept step checkpoints, and the EMA.
-
-    The averages are of the last min(4, average_last) kept step checkpoints, and of all `average_last` of
-    them when that is more than 4; the moving average of the weights (`ema`) is one when `last.pt` keeps
-    one."""
-    out = {"best": {k: v for k, v in load(out_dir / "best.pt").items() if k in MODEL_KEYS}}
-    for n in sorted({min(4, average_last, len(kept)), min(average_last, len(kept))}):
-        if n >= 2:
-            out[f"average_last_{n}"] = average([out_dir / name for name in kept[-n:]])
-    last = load(out_dir / "last.pt") if (out_dir / "last.pt").is_file() else {}
-    if "ema" in last:
-        out["ema"] = ema_weights(last)
-    return out
-
-
-def ema_weights(state: dict) -> dict:
-    """The `MODEL_KEYS` dict of a `last.pt` state with its weight average as the weights."""
-    model = build_model(state)
-    ema = EMA(model, state["ema"]["decay"])
-    ema.load_state_dict(state["ema"])
-    return {**{k: state[k] for k in MODEL_KEYS}, "model": ema.averaged(model)}
-
-
-def final_model(out_dir: Path, kept: list[str], average_last: int, score: Callable[[Transformer], float]):
-    """Choose the final weights on validation (`score`, higher is better; a tie goes to an average).
-
-    Returns (the chosen `MODEL_KEYS` dict, {"source": its name, "candidates": {name: score}}).
-    """
-    states = candidates(out_dir, kept, average_last)
-    scores = {name: score(build_model(state)) for name, state in states.items()}
-    for name, value in scores.items():
-        print(f"final-model candidate {name}: {value:.4g}")
-    choice = max(scores, key=lambda name: (scores[name], name != "best"))
-    return states[choice], {"source": choice, "candidates": scores}

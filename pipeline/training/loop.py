@@ -1,6 +1,6 @@
 """The training loop shared by `warmup_train` and `train`, readable top to bottom in `train()`:
-label-smoothed cross-entropy, Adam on a warm-up schedule, clipping and accumulation, bf16 autocast
-where it pays, a validation and checkpoints every `val_every` steps, the budgets, continuing from
+label-smoothed cross-entropy, Adam with a learning-rate warm-up, clipping and accumulation, bf16
+autocast where it pays, a validation and checkpoints every `val_every` steps, the budgets, continuing from
 `last.pt`, and DDP under torchrun. The recipe and its reasons: docs/training.md, docs/distributed.md.
 """
 
@@ -9,31 +9,28 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
+from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_path, remove_stale_temps
-from pipeline.core.metrics import score
-from pipeline.data.batching import Pair, batch_order, collate
+from pipeline.data.batching import EpochOrder, Pair, to_tensors
 from pipeline.data.corpus import TokenizedCorpus
-from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from pipeline.model.transformer import Transformer
 from pipeline.tracking.tracker import NullTracker, Tracker
 from pipeline.training import checkpoint, shadow
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
-from pipeline.training.progress import ConsoleProgress
+from pipeline.training.progress import ConsoleProgress, Window
 from pipeline.training.schedule import learning_rate
 from pipeline.training.stopping import stop_at_step_boundary
 from pipeline.training.threads import ThreadsForLoad
@@ -44,7 +41,7 @@ LOG_EVERY = 50  # steps between train-loss records (MLflow) and plain progress l
 
 @dataclass
 class RunContext:
-    """Where and how one training runs."""
+    """Where and how one training runs, as the stage gives it."""
 
     out_dir: Path  # checkpoints
     log_csv: Path  # one row per validation
@@ -55,7 +52,6 @@ class RunContext:
     bf16: bool = False
     init_from: dict | None = None  # the champion a warm start began from (`pipeline.training.warm_start`)
     spm_sha256: str | None = None  # the tokenizer's SHA-256, recorded in every checkpoint (None: none)
-    fused_loss: bool = True  # the loss fused with the vocabulary projection (`pipeline.model.linear_loss`)
 
 
 @dataclass
@@ -73,68 +69,95 @@ class Progress:
     kept: list[str] = field(default_factory=list)  # step checkpoints kept for averaging, oldest first
 
 
+@dataclass
+class RunState:
+    """One training run as the loop carries it: where and how it runs (`run`), its settings (`cfg`), the
+    optimizer, the weight average, the identity `last.pt` records, where it stands (`progress`, what
+    `last.pt` saves), and this session's clock, loss window and console."""
+
+    run: RunContext
+    cfg: OptimConfig
+    optimizer: torch.optim.Optimizer
+    ema: EMA | None
+    identity: dict
+    progress: Progress = field(default_factory=Progress)
+    started: float = 0.0  # time.time() at step 0, earlier sessions included
+    window: Window = field(default_factory=Window)
+    console: ConsoleProgress | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The identity's SHA-256: what `last.pt`, its shadow copy and the MLflow run are matched by."""
+        return checkpoint.fingerprint(self.identity)
+
+
+def start(model: Transformer, cfg: OptimConfig, run: RunContext) -> RunState:
+    """A run of `model` under `cfg`, ready for `train`: the model on `run.device`, the optimizer, the
+    weight average (`cfg.ema_decay`) and the run's identity (`run_identity`). Reads and writes nothing."""
+    model.to(run.device)
+    ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
+    return RunState(run, cfg, make_optimizer(model, cfg), ema, run_identity(model, cfg, run))
+
+
 def train(
-    model: Transformer,
-    pairs: TokenizedCorpus | Sequence[Pair],
-    validate: Validation,
-    cfg: OptimConfig,
-    run: RunContext,
+    model: Transformer, pairs: TokenizedCorpus | Sequence[Pair], validate: Validation, state: RunState
 ) -> Progress:
-    """Train `model` on `pairs` (piece ids without specials; batches are read from the corpus as
-    they are needed, a list is made one first) until a budget or the patience runs out.
+    """Train `model` (the one `state` was started with) on `pairs` until a budget or the patience runs
+    out, continuing `last.pt` when it has the run's identity.
+
+    `pairs`: piece ids without specials; batches are read from the corpus as they are needed (a list
+    is made one first).
 
     `validate(model)` returns {"val_loss": ..., validate.metric_name: score (higher = better)}.
     Rank 0 gives the tracker the training set (`run.data_id`, the pair count) and every checkpoint.
-    Returns the final progress (rank 0's log and kept checkpoints).
+    Returns the final progress (rank 0's log and kept checkpoints), also `state.progress`.
 
     Raises:
         PipelineError: the loss is not finite (the last good `last.pt` is kept).
         CheckpointError: `last.pt` cannot be read.
     """
-    world, out_dir = run.world, run.out_dir
+    run, cfg, world = state.run, state.cfg, state.run.world
     if not isinstance(pairs, TokenizedCorpus):
         pairs = TokenizedCorpus.from_pairs(pairs)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run.out_dir.mkdir(parents=True, exist_ok=True)
     if world.is_main:
-        for stale in remove_stale_temps(out_dir):
+        for stale in remove_stale_temps(run.out_dir):
             print(f"removed {stale}: a temp file left by an interrupted checkpoint write")
-    model.to(run.device)
-    optimizer = make_optimizer(model, cfg)
-    identity = run_identity(model, cfg, run)
-    ema = EMA(model, cfg.ema_decay) if cfg.ema_decay else None
-    saved = checkpoint.resume(out_dir / "last.pt", identity, model, optimizer, world, ema=ema)
-    progress = Progress(**saved) if saved else Progress()
+    last = run.out_dir / "last.pt"
+    saved = checkpoint.resume(last, state.identity, model, state.optimizer, world, ema=state.ema)
+    progress = state.progress = Progress(**saved) if saved else Progress()
     if world.is_main:
         run.tracker.log_training_set(run.data_id, len(pairs))
     if world.rank or not saved:  # each rank its own dropout; rank 0's RNG state is the saved one
         seed_everything(cfg.seed + 1000 * world.rank + progress.step)
     net = model if world.size == 1 else DistributedDataParallel(model, device_ids=_device_ids(run.device))
     order = EpochOrder(pairs.lengths, cfg.max_tokens, cfg.seed)
-    console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
-    started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
-    state = TrainState(optimizer, ema, identity, started, Window(), console)
+    state.console = ConsoleProgress(cfg.max_steps, cfg.max_minutes, enabled=world.is_main, every=LOG_EVERY)
+    state.started = time.time() - progress.wall_seconds  # the budget counts earlier sessions too
+    state.window.reset()
     threads = threads_for_load(cfg, run)
 
     lr = lr_at(progress.step, cfg)
     try:
         with stop_at_step_boundary() as stop_request:
-            while world.rank0_says(
-                budget_left(progress, cfg, time.time() - state.started) and not stop_request
-            ):
+            while world.rank0_says(budget_left(state) and not stop_request):
+                # this rank's share of the next accum_steps × world size batches: every world-size-th one
+                batches, progress.epoch, progress.batch_in_epoch = order.take(
+                    cfg.accum_steps * world.size, progress.epoch, progress.batch_in_epoch
+                )
                 batches = [
-                    to_tensors(pairs, b, model.pad_id, run.device)
-                    for b in next_batches(order, progress, cfg, world)
+                    to_tensors(pairs, b, model.pad_id, run.device) for b in batches[world.rank :: world.size]
                 ]
                 lr = lr_at(progress.step + 1, cfg)
-                loss, n_tokens = train_step(net, optimizer, batches, lr=lr, cfg=cfg, run=run)
+                loss, n_tokens = train_step(net, state.optimizer, batches, lr=lr, cfg=cfg, run=run)
                 progress.step += 1
                 progress.target_tokens += n_tokens
-                if ema is not None:
-                    ema.update(model)
+                if state.ema is not None:
+                    state.ema.update(model)
                 if not math.isfinite(loss):
                     raise PipelineError(
                         f"train: loss is {loss} at step {progress.step}; stopped, "
-                        f"the last good checkpoint is {out_dir / 'last.pt'}"
+                        f"the last good checkpoint is {last}"
                     )
                 state.window.add(loss, n_tokens)
                 stats = {
@@ -142,56 +165,70 @@ def train(
                     "lr": lr,
                     "tokens_per_s": state.window.tokens_per_second(),
                 }
-                console.update(progress.step, time.time() - state.started, stats)
+                state.console.update(progress.step, time.time() - state.started, stats)
                 if threads is not None and threads.update():
-                    console.line(
+                    state.console.line(
                         f"threads: {torch.get_num_threads()} (other processes keep "
                         f"{threads.others_busy_cores:.1f} of {threads.cores} cores busy)"
                     )
                 if world.is_main and progress.step % LOG_EVERY == 0:
                     run.tracker.log_metrics(stats, progress.step)
                 if world.is_main and progress.step % cfg.val_every == 0:
-                    validation_point(model, validate, progress, state, cfg=cfg, run=run, lr=lr)
+                    validation_point(model, state, validate, lr)
     finally:
-        console.close()  # before any error message, so it gets a line of its own
+        state.console.close()  # before any error message, so it gets a line of its own
     if world.rank0_says(bool(stop_request)):  # a signal: save where the run stands, then stop
         if world.is_main:
             progress.wall_seconds = time.time() - state.started
-            run.tracker.log_checkpoint(save_last(model, progress, state, run=run))
+            run.tracker.log_checkpoint(save_last(model, state))
             write_log(progress.log, run.log_csv)
         raise stop_request.stopped(progress.step)
     if world.is_main and (not progress.log or progress.log[-1]["step"] != progress.step):
-        validation_point(model, validate, progress, state, cfg=cfg, run=run, lr=lr)  # the final weights, once
+        validation_point(model, state, validate, lr)  # the final weights, once
     if world.is_main:
         write_log(progress.log, run.log_csv)  # also when a continued run had nothing left to do
     return progress
 
 
-@dataclass
-class TrainState:
-    """What a run keeps beside the model and its progress: the optimizer, the weight average, the
-    identity `last.pt` records, the clock's start, the loss window and the console."""
-
-    optimizer: torch.optim.Optimizer
-    ema: EMA | None
-    identity: dict
-    started: float  # time.time() at step 0, earlier sessions included
-    window: Window
-    console: ConsoleProgress
-
-
-def validation_point(
-    model: Transformer,
-    validate: Validation,
-    progress: Progress,
-    state: TrainState,
+def train_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[list[Tensor]],
     *,
+    lr: float,
     cfg: OptimConfig,
     run: RunContext,
-    lr: float,
-) -> None:
+) -> tuple[float, int]:
+    """One optimizer step over this rank's micro-batches `[(src, tgt_in, tgt_out)]` at learning
+    rate `lr`. Returns (loss per target token, target tokens), both summed over all ranks.
+
+    The loss is label-smoothed cross-entropy, fused with the vocabulary projection
+    (`pipeline.model.linear_loss`). The summed loss of a micro-batch is scaled by world size / target
+    tokens of the whole step: DDP averages gradients over ranks, so the step follows the mean loss per
+    target token.
+    """
+    net.train()
+    optimizer.zero_grad(set_to_none=True)
+    pad_id = getattr(net, "module", net).pad_id  # the Transformer, inside DDP's wrapper or not
+    n_tokens = int(run.world.sum(sum(int((tgt_out != pad_id).sum()) for *_, tgt_out in batches)))
+    total = 0.0
+    for src, tgt_in, tgt_out in batches:
+        keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
+        with autocast(run.device, run.bf16):
+            loss = net(src, tgt_in, keep, target=tgt_out[keep], label_smoothing=cfg.label_smoothing)
+        (loss * run.world.size / n_tokens).backward()
+        total += loss.item()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.clip_norm)
+    optimizer.step()
+    return run.world.sum(total) / n_tokens, n_tokens
+
+
+def validation_point(model: Transformer, state: RunState, validate: Validation, lr: float) -> None:
     """Rank 0 at a validation: validate, log the row, track the metrics, update the patience count,
     save the checkpoints and the log, and start a new loss window."""
+    progress = state.progress
     progress.wall_seconds = time.time() - state.started
     metrics = validate(model)
     row = {
@@ -207,170 +244,44 @@ def validation_point(
     state.console.line(
         " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
     )
-    run.tracker.log_metrics(metrics, progress.step)
+    state.run.tracker.log_metrics(metrics, progress.step)
     improved = metrics[validate.metric_name] > progress.best_score
     if improved:
         progress.best_score, progress.bad_validations = metrics[validate.metric_name], 0
     else:
         progress.bad_validations += 1
-    save_checkpoints(model, progress, state, improved=improved, average_last=cfg.average_last, run=run)
-    write_log(progress.log, run.log_csv)
+    save_checkpoints(model, state, improved)
+    write_log(progress.log, state.run.log_csv)
     state.window.reset()
 
 
-def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None:
-    """The thread chooser of a single CPU process whose `threads` param is unset (null), else None.
-
-    The chooser goes up to the threads torch has now (one per core unless set). None for a set count, a
-    GPU, or DDP ranks sharing the cores: they keep their threads.
-    """
-    if cfg.threads is not None or run.device.type != "cpu" or run.world.size > 1:
-        return None
-    return ThreadsForLoad(max_threads=torch.get_num_threads())
-
-
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, fused: bool = False) -> torch.optim.Adam:
-    """The trainer's optimizer over `model`'s parameters: Adam with β1 = 0.9, β2 = 0.98 and ε = 1e-9
-    (Vaswani et al. 2017, §5.3), starting at `cfg.peak_lr` (the schedule sets each step's rate).
-
-    `fused`: torch's one-kernel Adam, else its per-tensor-list `foreach` one (the same update; the
-    fused one trained slower on a 2-core CPU: `bench.levers`).
-    """
-    kind = {"fused": True} if fused else {"foreach": True}
-    return torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9, **kind)
-
-
-def train_step(
-    net: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: list[list[Tensor]],
-    *,
-    lr: float,
-    cfg: OptimConfig,
-    run: RunContext,
-) -> tuple[float, int]:
-    """One optimizer step over this rank's micro-batches `[(src, tgt_in, tgt_out)]` at learning
-    rate `lr`. Returns (loss per target token, target tokens), both summed over all ranks.
-
-    The summed loss of a micro-batch is scaled by world size / target tokens of the whole step:
-    DDP averages gradients over ranks, so the step follows the mean loss per target token.
-    """
-    net.train()
-    optimizer.zero_grad(set_to_none=True)
-    pad_id = getattr(net, "module", net).pad_id  # the Transformer, inside DDP's wrapper or not
-    n_tokens = int(run.world.sum(sum(int((tgt_out != pad_id).sum()) for *_, tgt_out in batches)))
-    total = 0.0
-    for src, tgt_in, tgt_out in batches:
-        keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
-        with autocast(run.device, run.bf16):
-            if run.fused_loss:
-                loss = net(src, tgt_in, keep, target=tgt_out[keep], label_smoothing=cfg.label_smoothing)
-            else:
-                logits = net(src, tgt_in, keep)  # [N, V], N = keep.sum()
-        if not run.fused_loss:
-            loss = label_smoothed_loss(logits, tgt_out[keep], pad_id, cfg.label_smoothing)
-        (loss * run.world.size / n_tokens).backward()
-        total += loss.item()
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.clip_norm)
-    optimizer.step()
-    return run.world.sum(total) / n_tokens, n_tokens
-
-
-def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
-    """Summed label-smoothed cross-entropy over non-pad targets (Szegedy et al. 2016; §5.4).
-
-    The true class gets 1 - ε + ε/V, every other class ε/V. Args: logits `[N, V]`
-    (any float dtype, computed in fp32), target `[N]`. Returns a scalar (nats).
-    """
-    return F.cross_entropy(
-        logits.float(), target, ignore_index=pad_id, label_smoothing=smoothing, reduction="sum"
-    )
-
-
-def lr_at(step: int, cfg: OptimConfig) -> float:
-    """The learning rate of optimizer step `step` (1-based) under `cfg`'s schedule."""
-    return learning_rate(step, cfg.schedule, cfg.peak_lr, cfg.warmup_steps, cfg.max_steps)
-
-
-def budget_left(progress: Progress, cfg: OptimConfig, seconds: float) -> bool:
-    """Steps, wall-clock time (`seconds` spent, earlier sessions included) and patience left?"""
-    return (
-        progress.step < cfg.max_steps
-        and seconds < cfg.max_minutes * 60
-        and progress.bad_validations < cfg.patience
-    )
-
-
-class EpochOrder:
-    """The seeded batch order of an epoch (`pipeline.data.batching.batch_order` of the pairs'
-    `lengths`), computed once per epoch."""
-
-    def __init__(self, lengths: np.ndarray, max_tokens: int, seed: int) -> None:
-        self.lengths, self.max_tokens, self.seed, self.cached = lengths, max_tokens, seed, (-1, [])
-
-    def __call__(self, epoch: int) -> list[np.ndarray]:
-        if self.cached[0] != epoch:
-            self.cached = (epoch, batch_order(self.lengths, self.max_tokens, self.seed, epoch))
-        return self.cached[1]
-
-
-def next_batches(order: EpochOrder, progress: Progress, cfg: OptimConfig, world: World) -> list[np.ndarray]:
-    """This rank's share of the next `accum_steps × world size` batches of the seeded order
-    (crossing epochs): every world-size-th batch, starting at its rank. Advances `progress`."""
-    out = []
-    while len(out) < cfg.accum_steps * world.size:
-        batches = order(progress.epoch)
-        if progress.batch_in_epoch >= len(batches):
-            progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-            continue
-        out.append(batches[progress.batch_in_epoch])
-        progress.batch_in_epoch += 1
-    return out[world.rank :: world.size]
-
-
-def to_tensors(
-    pairs: TokenizedCorpus | Sequence[Pair], batch: Sequence[int], pad_id: int, device: torch.device
-) -> list[Tensor]:
-    """The pairs at indices `batch` as `[src [B, S], tgt_in [B, T], tgt_out [B, T]]` on `device`."""
-    return [t.to(device) for t in collate([pairs[i] for i in batch], pad_id, BOS_ID, EOS_ID)]
-
-
-def save_checkpoints(
-    model: Transformer,
-    progress: Progress,
-    state: TrainState,
-    *,
-    improved: bool,
-    average_last: int,
-    run: RunContext,
-) -> None:
+def save_checkpoints(model: Transformer, state: RunState, improved: bool) -> None:
     """At a validation, write the checkpoints due and hand each to the tracker.
 
     `best.pt` when val improved and `step<N>.pt` (weights only; the newest `average_last` kept), then
     `last.pt` (everything). Each file goes to the tracker as it is written, which uploads those
     `mlflow.log_checkpoints` asks for.
     """
-    written, weights, spm = [], checkpoint.weights(model), run.spm_sha256
+    run, progress = state.run, state.progress
+    written, weights = [], {**checkpoint.weights(model), "step": progress.step}
     if improved:
-        written.append(checkpoint.save(run.out_dir / "best.pt", {**weights, "step": progress.step}, spm))
+        written.append(checkpoint.save(run.out_dir / "best.pt", weights, run.spm_sha256))
     name = f"step{progress.step:07d}.pt"
-    written.append(checkpoint.save(run.out_dir / name, {**weights, "step": progress.step}, spm))
-    progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], average_last)
-    written.append(save_last(model, progress, state, run=run))
+    written.append(checkpoint.save(run.out_dir / name, weights, run.spm_sha256))
+    progress.kept = checkpoint.keep_newest(run.out_dir, [*progress.kept, name], state.cfg.average_last)
+    written.append(save_last(model, state))
     for path in written:
         run.tracker.log_checkpoint(path)
 
 
-def save_last(model: Transformer, progress: Progress, state: TrainState, *, run: RunContext) -> Path:
+def save_last(model: Transformer, state: RunState) -> Path:
     """`last.pt`: weights, optimizer, RNG, data position and progress: what continues the run exactly.
     The folder is then mirrored outside DVC's outputs (`shadow`), where `dvc exp run` cannot reset it."""
-    training_state = checkpoint.training_state(
-        model, state.optimizer, asdict(progress), state.identity, state.ema
+    saved = checkpoint.training_state(
+        model, state.optimizer, asdict(state.progress), state.identity, state.ema
     )
-    path = checkpoint.save(run.out_dir / "last.pt", training_state, run.spm_sha256)
-    shadow.mirror(run.out_dir)
+    path = checkpoint.save(state.run.out_dir / "last.pt", saved, state.run.spm_sha256)
+    shadow.mirror(state.run.out_dir)
     return path
 
 
@@ -395,33 +306,37 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
     return identity | ({"init_from": run.init_from} if run.init_from else {})
 
 
-def bleu_validation(
-    tok: Tokenizer,
-    val: Mapping[str, list[str]],
-    decode: DecodeConfig,
-    *,
-    max_tokens: int,
-    device: torch.device,
-    tgt: str = "de",
-) -> Validation:
-    """Validation on Multi30k val sentences (`val["en"]`, `val[tgt]`): loss, and sacreBLEU of the
-    greedy outputs (`val_bleu`)."""
-    return Validation(
-        encode_pairs(tok, val["en"], val[tgt]),
-        list(val[tgt]),
-        tok.decode,
-        "val_bleu",
-        lambda hyps, refs: score(hyps, refs)["bleu"],
-        decode,
-        max_tokens,
-        device,
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Adam:
+    """The trainer's optimizer: Adam with β1 = 0.9, β2 = 0.98 and ε = 1e-9 (Vaswani et al. 2017, §5.3).
+
+    It starts at `cfg.peak_lr` (the schedule sets each step's rate), in torch's `foreach` form."""
+    return torch.optim.Adam(model.parameters(), lr=cfg.peak_lr, betas=(0.9, 0.98), eps=1e-9, foreach=True)
+
+
+def lr_at(step: int, cfg: OptimConfig) -> float:
+    """The learning rate of optimizer step `step` (1-based) under `cfg`'s schedule."""
+    return learning_rate(step, cfg.schedule, cfg.peak_lr, cfg.warmup_steps, cfg.max_steps)
+
+
+def budget_left(state: RunState) -> bool:
+    """Steps, wall-clock time (earlier sessions included) and patience left?"""
+    progress, cfg = state.progress, state.cfg
+    return (
+        progress.step < cfg.max_steps
+        and time.time() - state.started < cfg.max_minutes * 60
+        and progress.bad_validations < cfg.patience
     )
 
 
-def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | None = None) -> list[Pair]:
-    """(src ids, tgt ids) per pair; pairs with a side over `max_len` pieces are dropped."""
-    pairs = list(zip(tok.encode_batch(en), tok.encode_batch(de), strict=True))
-    return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]
+def threads_for_load(cfg: OptimConfig, run: RunContext) -> ThreadsForLoad | None:
+    """The thread chooser of a single CPU process whose `threads` param is unset (null), else None.
+
+    The chooser goes up to the threads torch has now (one per core unless set). None for a set count, a
+    GPU, or DDP ranks sharing the cores: they keep their threads.
+    """
+    if cfg.threads is not None or run.device.type != "cpu" or run.world.size > 1:
+        return None
+    return ThreadsForLoad(max_threads=torch.get_num_threads())
 
 
 def new_model(cfg: ModelConfig, vocab_size: int, pad_id: int, seed: int) -> Transformer:
@@ -439,26 +354,6 @@ def seed_everything(seed: int) -> None:
 
 def _device_ids(device: torch.device) -> list[int] | None:
     return [device.index] if device.type == "cuda" else None
-
-
-class Window:
-    """Running train loss and throughput since the last validation."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.loss_sum, self.tokens, self.started = 0.0, 0, time.time()
-
-    def add(self, loss_per_token: float, n_tokens: int) -> None:
-        self.loss_sum += loss_per_token * n_tokens
-        self.tokens += n_tokens
-
-    def loss(self) -> float:
-        return self.loss_sum / max(self.tokens, 1)
-
-    def tokens_per_second(self) -> float:
-        return self.tokens / max(time.time() - self.started, 1e-9)
 
 
 def write_log(rows: list[dict], path: Path) -> None:

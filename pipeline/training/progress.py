@@ -1,11 +1,33 @@
-"""A training's progress on the console: a tqdm bar on a terminal, plain lines elsewhere."""
+"""A training's progress: the running loss and throughput since the last validation, and the console
+(a tqdm bar on a terminal, plain lines elsewhere)."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping
 
 from tqdm import tqdm
+
+
+class Window:
+    """Running train loss and throughput since the last validation."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum, self.tokens, self.started = 0.0, 0, time.time()
+
+    def add(self, loss_per_token: float, n_tokens: int) -> None:
+        self.loss_sum += loss_per_token * n_tokens
+        self.tokens += n_tokens
+
+    def loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(time.time() - self.started, 1e-9)
 
 
 class ConsoleProgress:

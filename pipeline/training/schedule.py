@@ -1,7 +1,7 @@
 """Learning-rate schedules: the learning rate of optimizer step `step` (1-based).
 
-- `inverse_sqrt`: linear warm-up to `peak_lr` over `warmup_steps`, then `peak · √(warmup / step)`
-  (Vaswani et al. 2017, §5.3, scaled to peak at the end of the warm-up). It ignores `max_steps`.
+- `inverse_sqrt`: a linear learning-rate warm-up to `peak_lr` over `warmup_steps`, then `peak ·
+  √(warmup / step)` (Vaswani et al. 2017, §5.3, scaled to peak at the warm-up's end; no `max_steps`).
 - `linear` / `cosine`: the same warm-up, then a linear or half-cosine decay that reaches zero one step
   after `max_steps` (Li, Yumer & Ramanan 2020; Geiping & Goldstein 2022). See docs/training.md.
 """
@@ -20,7 +20,8 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup_steps: int) -> float:
 
 
 def decaying_lr(step: int, peak_lr: float, warmup_steps: int, max_steps: int, shape: str) -> float:
-    """Warm-up to `peak_lr`, then `shape` ("linear" or "cosine") decay to 0 at `max_steps + 1`.
+    """A learning-rate warm-up to `peak_lr`, then `shape` ("linear" or "cosine") decay to 0 at
+    `max_steps + 1`.
 
     Raises:
         ValueError: an unknown `shape`.

@@ -1,19 +1,15 @@
-"""Stopping a training cleanly: SIGTERM and Ctrl-C end it at the next step boundary, and a
-trainer whose parent process dies (DVC killed) is sent SIGTERM instead of training on, orphaned."""
+"""Stopping a training cleanly: SIGTERM and Ctrl-C end it at the next step boundary (a trainer whose
+parent dies is sent SIGTERM: `pipeline.core.signals.die_with_parent`)."""
 
 from __future__ import annotations
 
-import ctypes
-import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pipeline.core.errors import Stopped
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -59,15 +55,3 @@ def stop_at_step_boundary() -> Iterator[StopRequest]:
     finally:
         for s in SIGNALS:
             signal.signal(s, previous[s])
-
-
-def die_with_parent(signum: int = signal.SIGTERM) -> bool:
-    """Ask Linux to send `signum` to this process when its parent exits (prctl PR_SET_PDEATHSIG).
-    Returns False where that is not available (not Linux) or the parent is already gone."""
-    if not sys.platform.startswith("linux"):
-        return False
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
-        return False
-    return os.getppid() == parent  # it may have died before the request took effect

@@ -1,4 +1,5 @@
-"""Validation during training: loss, and greedy outputs scored by exact match or sacreBLEU.
+"""Validation during training: loss, and greedy outputs scored by exact match or sacreBLEU
+(`bleu_validation`: Multi30k val, the `train` stage's).
 
 Greedy decoding reads the `decode` section of params.yaml (batch size, max length a·src + b), so
 validation and the decode stage bound their outputs the same way.
@@ -6,14 +7,15 @@ validation and the decode stage bound their outputs the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from pipeline.core.config import DecodeConfig
+from pipeline.core.metrics import score
 from pipeline.data.batching import Pair, collate, longest_first, make_batches, pad
-from pipeline.data.tokenizer import BOS_ID, EOS_ID
+from pipeline.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from pipeline.model.greedy import greedy
 from pipeline.model.transformer import Transformer
 
@@ -91,3 +93,32 @@ class Validation:
             "val_loss": validation_loss(model, self.pairs, self.max_tokens),
             self.metric_name: self.score(model),
         }
+
+
+def bleu_validation(
+    tok: Tokenizer,
+    val: Mapping[str, list[str]],
+    decode: DecodeConfig,
+    *,
+    max_tokens: int,
+    device: torch.device,
+    tgt: str = "de",
+) -> Validation:
+    """Validation on Multi30k val sentences (`val["en"]`, `val[tgt]`): loss, and sacreBLEU of the
+    greedy outputs (`val_bleu`)."""
+    return Validation(
+        encode_pairs(tok, val["en"], val[tgt]),
+        list(val[tgt]),
+        tok.decode,
+        "val_bleu",
+        lambda hyps, refs: score(hyps, refs)["bleu"],
+        decode,
+        max_tokens,
+        device,
+    )
+
+
+def encode_pairs(tok: Tokenizer, en: list[str], de: list[str], max_len: int | None = None) -> list[Pair]:
+    """(src ids, tgt ids) per pair; pairs with a side over `max_len` pieces are dropped."""
+    pairs = list(zip(tok.encode_batch(en), tok.encode_batch(de), strict=True))
+    return [p for p in pairs if max_len is None or max(len(p[0]), len(p[1])) <= max_len]

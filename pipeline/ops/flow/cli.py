@@ -9,10 +9,15 @@ from pathlib import Path
 
 from pipeline.core.errors import run_main
 from pipeline.core.lock import exclusive
+from pipeline.core.params_file import load_params
+from pipeline.core.signals import sigterm_raises
+from pipeline.ops.flow.dvc_calls import check_idle
 from pipeline.ops.flow.summary import check_incoming_links
 
 REPO = Path(__file__).resolve().parents[3]
 LOCK_FILE = ".dvc/tmp/flow.lock"  # in the repository (Git-ignored): held by the `run` in progress
+# SIGTERM raises, so that Prefect's temporary server (stopped at exit) and the stage end with the flow
+STOPPED = "flow: stopped by SIGTERM, with its DVC stage and Prefect's temporary server"
 PREFECT_DEFAULTS = {
     # its ephemeral server can take longer than Prefect's default to start on a cold, busy machine
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
@@ -43,18 +48,37 @@ def run_once(*, force: bool, recheck_data: bool) -> None:
 
     Raises:
         PipelineError: a run is already in progress in this checkout (`run_lock`).
+        ConfigError: params.yaml is invalid (`load_params`), found before Prefect or DVC reads it.
         DataError: a broken link in the incoming folder, found before Prefect starts.
+        PipelineError: the tracking database is corrupt (`check_tracking`), found before Prefect starts.
+        DvcBusy: another DVC process holds a lock of this checkout (`check_idle`).
+        Stopped: SIGTERM; the stage and Prefect's temporary server end with the flow.
     """
-    with run_lock(REPO):
+    with sigterm_raises(STOPPED), run_lock(REPO):
+        load_params(REPO / "params.yaml")  # DVC would expand a YAML alias bomb for minutes
         check_incoming_links(REPO)
+        check_tracking(REPO)
+        check_idle(REPO)  # a `dvc exp run` beside the flow: one line, before Prefect starts
         from pipeline.ops.flow import tasks
 
         print(tasks.pipeline_flow(repo=str(REPO), force=force, recheck_data=recheck_data))
 
 
+def check_tracking(repo: Path = REPO) -> None:
+    """The tracking store checked (`pipeline.tracking.store.check_store`) when `repo`'s params.yaml
+    tracks runs, so a corrupt database stops the flow before its stages, not at the promotion.
+
+    Raises:
+        PipelineError: params.yaml is invalid, or the tracking store cannot be used.
+    """
+    from pipeline.tracking.store import check_store
+
+    if load_params(Path(repo) / "params.yaml").mlflow.enabled:
+        check_store()
+
+
 def rollback_champion(repo: Path = REPO) -> str:
     """`pipeline.ops.promotion.rollback` on this repository's `mlflow.model_name`."""
-    from pipeline.core.config import load_params
     from pipeline.ops.promotion import rollback
 
     return rollback(load_params(repo / "params.yaml").mlflow.model_name)

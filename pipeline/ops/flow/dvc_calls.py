@@ -1,16 +1,23 @@
-"""DVC from a subprocess: the stages in DAG order, whether one is stale, and a stage's output
-streamed line by line. The Prefect flow's tasks are built on these; none of them imports Prefect."""
+"""DVC from a subprocess: the stages in DAG order, whether one is stale, a stage's output streamed
+line by line, and who holds DVC's locks. The Prefect flow's tasks are built on these; none of them
+imports Prefect."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import psutil
+
+from pipeline.core.errors import PipelineError
 from pipeline.ops.dvc_index import read_stages
 
 # Stage processes write plain, unbuffered lines: no tqdm frames, nothing held back in a pipe buffer.
@@ -26,6 +33,19 @@ DVC_HINTS = (
     "dvc config core.autostage true",
     "Use `dvc push` to send your updates to remote storage.",
 )
+
+
+REPO_LOCK = ".dvc/tmp/lock"  # DVC's repository lock (zc.lockfile: flock, the holder's pid inside)
+RW_LOCK = ".dvc/tmp/rwlock"  # DVC's locks on the paths of running stages (JSON: pid and command)
+BUSY = re.compile(r"'(?P<path>[^']+)' is busy, it is being blocked by:\s*\(PID (?P<pid>\d+)\): (?P<cmd>.+)")
+
+
+class DvcBusy(PipelineError):
+    """Another DVC process (a `dvc exp run`, say) holds a lock of this repository."""
+
+
+class StatusFailed(RuntimeError):
+    """`dvc status` failed: a broken dvc.yaml or params.yaml, which a retry would meet again."""
 
 
 def stage_names(repo: Path) -> list[str]:
@@ -54,7 +74,8 @@ def stream_lines(
 
     stdout and stderr are merged; a carriage return ends a line too (text mode's universal
     newlines), so progress-bar frames come as lines. `env` is added to this process's environment
-    and `STAGE_ENV`. Returns (exit status, the last `keep` lines).
+    and `STAGE_ENV`. Returns (exit status, the last `keep` lines). Should this process be stopped
+    meanwhile (SIGTERM, Ctrl-C), `cmd` and everything it started are stopped too (`end_tree`).
 
     Raises:
         OSError: `cmd` could not be started.
@@ -71,11 +92,32 @@ def stream_lines(
         errors="replace",
         bufsize=1,
     ) as proc:
-        for line in proc.stdout:
-            if line := line.rstrip():
-                log(line)
-                last.append(line)
+        try:
+            for line in proc.stdout:
+                if line := line.rstrip():
+                    log(line)
+                    last.append(line)
+        except BaseException:
+            end_tree(proc.pid)
+            raise
     return proc.returncode, "\n".join(last)
+
+
+def end_tree(pid: int, timeout_s: float = 60.0) -> None:
+    """SIGTERM to process `pid` and every process under it (DVC and its stage), then SIGKILL to those
+    still running after `timeout_s` seconds (a training stage saves `last.pt` before it ends)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
 
 
 def is_stale(stage: str, repo: str) -> bool:
@@ -85,14 +127,16 @@ def is_stale(stage: str, repo: str) -> bool:
     changed"), only when it is stale; `{}` otherwise.
 
     Raises:
-        RuntimeError: `dvc status` failed (e.g. an unknown stage or a broken dvc.yaml); the message
+        DvcBusy: another DVC process holds a lock of `repo` (`check_busy`).
+        StatusFailed: `dvc status` failed (e.g. an unknown stage or a broken dvc.yaml); the message
             carries the end of its output.
     """
     cmd = [sys.executable, "-m", "dvc", "status", "--json", stage]
     done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
     if done.returncode:
         output = tail(done.stdout + done.stderr)
-        raise RuntimeError(f"stage {stage}: dvc status failed (exit {done.returncode}):\n{output}")
+        check_busy(output, repo)
+        raise StatusFailed(f"stage {stage}: dvc status failed (exit {done.returncode}):\n{output}")
     return bool(json.loads(done.stdout.strip().splitlines()[-1]).get(stage))  # JSON is the last line
 
 
@@ -104,3 +148,83 @@ def repro_command(stage: str, *, force: bool = False) -> list[str]:
 def is_dvc_hint(line: str) -> bool:
     """Whether `line` of `dvc repro` output is one of DVC's hints (`DVC_HINTS`)."""
     return line.strip().startswith(DVC_HINTS)
+
+
+def check_busy(output: str, repo: str | Path) -> None:
+    """Raise one line when DVC's `output` says it failed on a lock another process holds.
+
+    Raises:
+        DvcBusy: a stage's path is in use (DVC's message names the process), or the repository lock
+            is held (`check_idle` names its holder).
+    """
+    if found := BUSY.search(output):
+        path, pid, cmd = found["path"], found["pid"], found["cmd"].strip()
+        raise DvcBusy(f"{repo}: DVC is busy: pid {pid} ({cmd}) holds {path} ({RW_LOCK}); {WAIT}")
+    if "Unable to acquire lock" in output:
+        check_idle(repo)
+        raise DvcBusy(f"{repo}: DVC is busy: another DVC process held {REPO_LOCK}; {WAIT}")
+
+
+WAIT = "wait for it to end, or stop it, then run the flow again"
+
+
+def check_idle(repo: str | Path) -> None:
+    """Raise one line when another process holds DVC's repository lock or a path lock in `repo`.
+
+    Raises:
+        DvcBusy: naming the process (pid and command line) and the lock it holds.
+    """
+    if (pid := repo_lock_holder(Path(repo) / REPO_LOCK)) is not None:
+        who = f"pid {pid} ({command_line(pid)})" if pid else "another process"
+        raise DvcBusy(f"{repo}: DVC is busy: {who} holds {REPO_LOCK}; {WAIT}")
+    if holders := rw_lock_holders(Path(repo) / RW_LOCK):
+        pid, cmd, path = holders[0]
+        raise DvcBusy(f"{repo}: DVC is busy: pid {pid} ({cmd}) holds {path} ({RW_LOCK}); {WAIT}")
+
+
+def repo_lock_holder(lock: Path) -> int | None:
+    """The pid of the process holding DVC's repository lock file `lock` (0 when unknown); None when
+    no process holds it. Tested by taking the lock and letting it go at once."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:  # no lock file: no DVC command ran yet
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else 0
+    finally:
+        os.close(fd)
+
+
+def rw_lock_holders(lock: Path) -> list[tuple[int, str, str]]:
+    """(pid, command, path) of each live process DVC's `rwlock` file lists; [] when none or unreadable."""
+    try:
+        entries = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = []
+    try:
+        for mode in ("write", "read"):
+            for path, infos in (entries.get(mode) or {}).items():
+                for info in infos if isinstance(infos, list) else [infos]:
+                    pid = int(info["pid"])
+                    if pid not in (0, os.getpid()) and psutil.pid_exists(pid):
+                        found.append((pid, str(info.get("cmd", "?")), path))
+    except (AttributeError, KeyError, TypeError, ValueError):  # not DVC's format: DVC will say so
+        return found
+    return found
+
+
+def command_line(pid: int) -> str:
+    """The command line of process `pid` on one line (at most 160 characters), or "unknown" when it
+    cannot be read."""
+    try:
+        words = " ".join(psutil.Process(pid).cmdline()).split()
+    except (psutil.Error, ValueError):
+        return "unknown"
+    line = " ".join(words) or "unknown"
+    return line if len(line) <= 160 else line[:157] + "..."

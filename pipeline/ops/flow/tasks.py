@@ -11,7 +11,16 @@ from prefect import flow, get_run_logger, task
 from prefect.context import FlowRunContext
 from prefect.states import Completed, State
 
-from pipeline.ops.flow.dvc_calls import is_dvc_hint, is_stale, repro_command, stage_names, stream_lines
+from pipeline.core.errors import PipelineError
+from pipeline.ops.flow.dvc_calls import (
+    StatusFailed,
+    check_busy,
+    is_dvc_hint,
+    is_stale,
+    repro_command,
+    stage_names,
+    stream_lines,
+)
 from pipeline.ops.flow.summary import (
     NO_PROMOTION,
     check_incoming_links,
@@ -28,6 +37,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[3]
 DATA_STAGE = "download"
 SUMMARY_KEY = "retraining-summary"  # the artifact's key: the Artifacts page lists every run's under it
+DETERMINISTIC = (PipelineError, StatusFailed)  # failures the same params and DAG meet again: never retried
 
 
 def trigger_env() -> dict[str, str]:
@@ -47,7 +57,9 @@ def run_stage(stage: str, repo: str, force: bool = False) -> State:
     (so the UI tells the two apart).
 
     Raises:
-        RuntimeError: `dvc status` or the stage failed; the message carries the end of its output.
+        StatusFailed: `dvc status` failed; the message carries the end of its output.
+        DvcBusy: another DVC process holds a lock of `repo` (one line naming it).
+        RuntimeError: the stage failed; the message carries the end of its output.
     """
     logger = get_run_logger()
     ran = force or is_stale(stage, repo)
@@ -58,12 +70,33 @@ def run_stage(stage: str, repo: str, force: bool = False) -> State:
 
     code, last = stream_lines(repro_command(stage, force=force), repo, log, env=trigger_env())
     if code:
+        check_busy(last, repo)  # another DVC process holds a lock: one line naming it
         raise RuntimeError(f"stage {stage} failed (exit {code}):\n{last}")
     if not ran:
         logger.info("stage %s: unchanged, skipped", stage)
         return Completed(name="Skipped", message=f"stage {stage}: unchanged, skipped", data="skipped")
     logger.info("stage %s: ran", stage)
     return Completed(message=f"stage {stage}: ran", data="ran")
+
+
+def transient(task, task_run, state: State) -> bool:
+    """Prefect's `retry_condition_fn` for `stage_task`: whether a failed run may pass when retried
+    (a source unreachable for a moment), i.e. its error is not one of `DETERMINISTIC`."""
+    try:
+        state.result()
+    except DETERMINISTIC:
+        return False
+    except Exception:  # noqa: BLE001 - anything else may pass on a second try
+        return True
+    return True
+
+
+def stage_task(stage: str):
+    """`run_stage` as the flow runs `stage`: the data stage is retried twice, 30 s apart, unless its
+    failure is deterministic (`transient`)."""
+    if stage != DATA_STAGE:
+        return run_stage
+    return run_stage.with_options(retries=2, retry_delay_seconds=30, retry_condition_fn=transient)
 
 
 @task
@@ -90,7 +123,7 @@ def promote_champion(repo: str) -> Decision | None:
     Raises:
         PipelineError: no candidate, or a version's run lacks its val translations.
     """
-    from pipeline.core.config import load_params
+    from pipeline.core.params_file import load_params
 
     params = load_params(Path(repo) / "params.yaml")
     if not params.mlflow.enabled:
@@ -144,16 +177,14 @@ def pipeline_flow(repo: str = str(REPO), force: bool = False, recheck_data: bool
 
     Raises:
         DataError: a broken link in the incoming folder (`look_for_incoming`).
-        RuntimeError: a stage or its `dvc status` failed (`run_stage`).
+        RuntimeError: a stage or its `dvc status` failed (`run_stage`; retried as `stage_task` says).
         PipelineError: the promotion could not compare the versions (`promote_champion`).
     """
     look_for_incoming(repo)
     results: dict[str, str] = {}
     for stage in stage_names(Path(repo)):
-        task_ = (
-            run_stage.with_options(retries=2, retry_delay_seconds=30) if stage == DATA_STAGE else run_stage
-        )
-        results[stage] = task_(stage, repo, force or (recheck_data and stage == DATA_STAGE)).result()
+        forced = force or (recheck_data and stage == DATA_STAGE)
+        results[stage] = stage_task(stage)(stage, repo, forced).result()
     counts = read_counts(repo)
     case = describe_case(results, counts)
     decision = promote_champion(repo)

@@ -85,7 +85,7 @@ def run_facts(inputs: ReportInputs, decode: DecodeConfig) -> list[tuple[str, str
 
 
 def candidate_words(name: str) -> str:
-    """A final-model candidate's name (`pipeline.training.checkpoint.candidates`) in words."""
+    """A final-model candidate's name (`pipeline.training.final_model.candidates`) in words."""
     if name.startswith("average_last_"):
         return f"the average of the last {name.removeprefix('average_last_')} step checkpoints"
     words = {"best": "`best.pt` (the best validation)", "ema": "the moving average of the weights"}
