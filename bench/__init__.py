@@ -1,4 +1,4 @@
-"""Benchmarks: training throughput and MFU, decoding speed, peak memory.
+"""Benchmarks: training speed and MFU, decoding speed, peak memory, load on the served model.
 
-How it measures and what it writes: docs/benchmarks.md, `bench`.
+How they measure and what they write: docs/benchmarks.md.
 """

@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: inputs (params, corpus, tokenizer, model), timing, and the report.
+"""The harness every benchmark runs on: inputs, the timed race, the report.
 
 The report is two files in `--out-dir` (default `reports`): `bench.json`, into which every
 command merges its figures (read, update, atomic write), and `bench.md`, regenerated from it
@@ -12,10 +12,10 @@ import json
 import os
 import platform
 import shlex
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import yaml
@@ -27,14 +27,21 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.io import write_json, write_text
 from pipeline.core.params_file import FieldError, load_params, with_updates
 from pipeline.core.tables import markdown_table
+from pipeline.data.batching import Pair
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
 from pipeline.training.checkpoint import load_model
+from pipeline.training.validation import encode_pairs
 
 TUTORIAL_DIMS = {"d_model": 256, "n_heads": 4, "n_layers": 3, "d_ff": 512}  # the tutorial's "tiny"
 WU_TINY = {"d_model": 128, "n_heads": 4, "n_layers": 4, "d_ff": 256}  # Wu et al.'s tiny (4+4 layers)
 CPU = torch.device("cpu")
+T = TypeVar("T")
+HEADER = (  # bench.md's first line
+    "Written by `python -m bench.<name>` and `python -m checks.<name>`; how they measure: "
+    "docs/benchmarks.md and docs/checks.md."
+)
 
 HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "train_tok_s": "ours, default config: target tokens/s of a training step (fwd + bwd + Adam)",
@@ -46,7 +53,7 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "peak_gflops": "this machine's matmul peak in peak_dtype (best of several square matmuls)",
     "peak_dtype": "the dtype our training step's matmuls run in (the trainer's precision)",
     "bf16_peak_gflops": "this machine's bf16 matmul peak, when the trainer runs fp32 (why auto chose fp32)",
-    "per_token_speedup": "target tokens/s at the larger max_tokens / at the smaller (bench.batch_tokens)",
+    "per_token_speedup": "target tokens/s at the larger max_tokens / at the smaller (a settled experiment)",
     "compiled_vs_eager": "ours under torch.compile / ours eager, training speed after compilation",
     "compile_s": "seconds torch.compile added to its first training step (default config)",
     "naive_greedy_sent_s": "sentences/s, greedy re-running the whole decoder per step, 1 sentence at a time",
@@ -60,7 +67,7 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
     "beam5_vs_ct2_int8": "beam5_sent_s / ct2_int8_beam5_sent_s",
     "train_peak_rss_mb": "peak RSS (MB) of a process running our training steps (default config)",
     "decode_peak_rss_mb": "peak RSS (MB) of a process running beam-5 decoding",
-    "shared_cpu_busy_vs_alone_all_cores": "training tok/s beside one busy process / alone, one thread per core (bench.shared_cpu)",
+    "shared_cpu_busy_vs_alone_all_cores": "training tok/s beside one busy process / alone, one thread per core (a settled experiment)",
     "shared_cpu_busy_vs_alone_for_load": "the same with threads chosen for the load (pipeline.training.threads)",
 }
 
@@ -68,8 +75,8 @@ HEADLINE = {  # key -> meaning, in the order bench.md lists them
 # ---- inputs --------------------------------------------------------------------------
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
-    """Options every benchmark takes."""
+def base_parser(description: str, *, decodes: bool = False) -> argparse.ArgumentParser:
+    """Options every benchmark takes; with `decodes`, those of one that decodes the test split."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--params", default="params.yaml", help="the pipeline's params file")
     p.add_argument("--out-dir", default="reports", help="where bench.json and bench.md live")
@@ -78,6 +85,11 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         default="",
         help="ModelConfig fields over every config, e.g. d_model=32,n_heads=2 (tests)",
     )
+    if decodes:
+        p.add_argument(
+            "--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)"
+        )
+        p.add_argument("--checkpoint", help="trained model (default: train.model_file; random if missing)")
     return p
 
 
@@ -114,6 +126,11 @@ def load_inputs(params_path: str) -> tuple[Params, Tokenizer, DatasetDict]:
     return params, tok, load_corpus(params.download.out_dir)
 
 
+def train_pairs(params: Params, tok: Tokenizer, corpus: DatasetDict) -> list[Pair]:
+    """The training pairs as the train stage encodes them (over `train.max_len` pieces dropped)."""
+    return encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
+
+
 def decode_model(path: str, cfg: ModelConfig, tok: Tokenizer) -> tuple[Transformer, str]:
     """The trained model at `path` or, when there is none, a seeded random model of `cfg`
     (decoding speed then still means something, translations do not). Returns (model, note)."""
@@ -127,27 +144,32 @@ def decode_model(path: str, cfg: ModelConfig, tok: Tokenizer) -> tuple[Transform
 # ---- timing --------------------------------------------------------------------------
 
 
-def sync(device: torch.device) -> None:
+def timed_result(fn: Callable[[], T], device: torch.device = CPU) -> tuple[T, float]:
+    """(fn's result, wall seconds of `fn()`, CUDA work included)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def timed_result(fn: Callable[[], object], device: torch.device = CPU) -> tuple[object, float]:
-    """(fn's result, wall seconds of `fn()`, CUDA work included)."""
-    sync(device)
     start = time.perf_counter()
     out = fn()
-    sync(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return out, time.perf_counter() - start
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall seconds of `fn()` (CUDA work included)."""
-    return timed_result(fn, device)[1]
+def race(
+    lanes: dict[str, Sequence[Callable[[], T]]], device: torch.device
+) -> dict[str, list[tuple[T, float]]]:
+    """Each lane's steps in turns: step i of every lane runs before step i + 1 of any, the lanes'
+    order rotating each step, so machine noise hits all alike (lanes of equal length).
 
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values)
+    Returns each lane's (result, seconds) per step; the caller leaves its untimed steps out.
+    """
+    names = list(lanes)
+    done: dict[str, list[tuple[T, float]]] = {name: [] for name in names}
+    for i in range(len(lanes[names[0]])):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            done[name].append(timed_result(lanes[name][i], device))
+    return done
 
 
 def sig(x: float, digits: int = 4) -> float:
@@ -171,10 +193,6 @@ def machine(device: torch.device) -> dict:
     }
 
 
-def command_line(module: str, argv: Sequence[str]) -> str:
-    return " ".join(["python -m", module, shlex.join(argv)]).strip()
-
-
 def record(out_dir: str | Path, name: str, command: str, figures: dict, device: torch.device) -> dict:
     """Merge `figures` into `<out_dir>/bench.json` (atomically), note the run, rewrite bench.md."""
     path = Path(out_dir) / "bench.json"
@@ -185,6 +203,28 @@ def record(out_dir: str | Path, name: str, command: str, figures: dict, device: 
     write_json(path, data)
     write_text(Path(out_dir) / "bench.md", markdown(data))
     return data
+
+
+def report(
+    module: str, argv: Sequence[str], out_dir: str | Path, figures: dict, device: torch.device
+) -> dict:
+    """Print `figures` and `record` them as the run of `module` (`bench.<name>` or
+    `checks.<name>`), under its last name."""
+    show(figures)
+    command = " ".join(["python -m", module, shlex.join(argv)]).strip()
+    return record(out_dir, module.rsplit(".", 1)[-1], command, figures, device)
+
+
+def show(figures: dict, indent: str = "") -> None:
+    """Print figures one a line, detail rows as a table, a nested dict indented."""
+    for key, value in figures.items():
+        if isinstance(value, list):
+            print(f"{indent}{key}:", *table(value), sep="\n")
+        elif isinstance(value, dict):
+            print(f"{indent}{key}:")
+            show(value, indent + "  ")
+        else:
+            print(f"{indent}{key:30s} {value}")
 
 
 def fmt(value: object) -> str:
@@ -203,8 +243,7 @@ def table(rows: list[dict]) -> list[str]:
 def markdown(data: dict) -> str:
     """bench.md: runs, headline figures, then each `*_detail` table."""
     runs = [{"benchmark": k, **v, "command": f"`{v['command']}`"} for k, v in data.get("runs", {}).items()]
-    lines = ["# Benchmarks", "", "Written by `python -m bench.<name>` (see `bench/__init__.py`).", ""]
-    lines += ["## Runs", "", *table(runs), "", "## Figures", ""]
+    lines = ["# Benchmarks", "", HEADER, "", "## Runs", "", *table(runs), "", "## Figures", ""]
     lines += table([{"key": k, "value": data[k], "meaning": m} for k, m in HEADLINE.items() if k in data])
     for key, rows in data.items():
         if key.endswith("_detail") and rows:

@@ -8,20 +8,19 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 
 from bench.common import (
     base_parser,
-    command_line,
     decode_model,
     load_inputs,
     model_config,
     parse_override,
-    record,
+    race,
+    report,
     sig,
-    table,
-    timed,
 )
 from pipeline.core.config import DecodeConfig
 from pipeline.core.device import pick_device
@@ -85,19 +84,13 @@ def methods(
     return fns
 
 
-def race(fns: dict[str, Method], chunks: list[list[str]], device: torch.device) -> tuple[dict, dict]:
-    """Each method on each chunk, round-robin. Returns (seconds, outputs) per method."""
-    seconds, outputs = dict.fromkeys(fns, 0.0), {name: [] for name in fns}
-    names = list(fns)
-    for fn in fns.values():
-        fn(chunks[0][:2])  # warm-up
-    for i, chunk in enumerate(chunks):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            result: list[str] = []
-            seconds[name] += timed(lambda fn=fns[name], r=result, c=chunk: r.extend(fn(c)), device)
-            outputs[name] += result
-    return seconds, outputs
+def race_methods(fns: dict[str, Method], chunks: list[list[str]], device: torch.device) -> tuple[dict, dict]:
+    """Each method on each chunk in turns (`common.race`), after one untimed chunk of two sentences.
+    Returns (summed seconds, outputs) per method."""
+    lanes = {name: [partial(fn, chunk) for chunk in [chunks[0][:2], *chunks]] for name, fn in fns.items()}
+    done = {name: steps[1:] for name, steps in race(lanes, device).items()}
+    seconds = {name: sum(s for _, s in steps) for name, steps in done.items()}
+    return seconds, {name: [line for out, _ in steps for line in out] for name, steps in done.items()}
 
 
 def detail_rows(seconds: dict, outputs: dict, n: int, note: str) -> list[dict]:
@@ -131,7 +124,7 @@ def run(
     chunks = [[sentences[i] for i in chunk] for chunk in batches(order, cfg.batch_size)]
     with tempfile.TemporaryDirectory(prefix="ct2.") as tmp:
         fns = methods(model, tok, cfg, device, f"{tmp}/model" if ct2 else None)
-        seconds, outputs = race(fns, chunks, device)
+        seconds, outputs = race_methods(fns, chunks, device)
     sent_s = {name: len(sentences) / s for name, s in seconds.items()}
     figures = {
         "naive_greedy_sent_s": sig(sent_s["naive_greedy"]),
@@ -151,24 +144,20 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5 vs CTranslate2.")
-    p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
-    p.add_argument("--checkpoint", help="trained model (default: train.model_file; random if missing)")
+    p = base_parser("Decoding speed: naive greedy vs cached greedy and beam 5 vs CTranslate2.", decodes=True)
     p.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 methods")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
-    args.checkpoint = args.checkpoint or params.train.model_file
     torch.set_flush_denormal(True)
     device = pick_device("auto")
     cfg = model_config(params.train.model, **parse_override(args.model_override))
-    model, note = decode_model(args.checkpoint, cfg, tok)
+    model, note = decode_model(args.checkpoint or params.train.model_file, cfg, tok)
     print(f"decode_speed: {note}")
     sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
     figures = run(
         model, note, tok=tok, sentences=sentences, cfg=params.decode, device=device, ct2=not args.no_ct2
     )
-    print("\n".join(table(figures["decode_detail"])))
-    record(args.out_dir, "decode_speed", command_line("bench.decode_speed", argv), figures, device)
+    report("bench.decode_speed", argv, args.out_dir, figures, device)
     return figures
 
 

@@ -17,14 +17,13 @@ import torch
 
 from bench.common import (
     base_parser,
-    command_line,
     decode_model,
     load_inputs,
     model_config,
     parse_override,
-    record,
+    report,
     sig,
-    table,
+    train_pairs,
 )
 from bench.train_speed import Runner, make_batch, step_of
 from pipeline.core.config import DecodeConfig, ModelConfig, OptimConfig
@@ -35,12 +34,11 @@ from pipeline.data.tokenizer import Tokenizer, model_file
 from pipeline.model.transformer import Transformer
 from pipeline.serving.torch_engine import translate
 from pipeline.training.loop import make_optimizer
-from pipeline.training.validation import encode_pairs
 
 
 def peak_rss_mb() -> float:
     """This process's peak RSS in MB: `VmHWM` of /proc/self/status where there is one (Linux),
-    else `getrusage(RUSAGE_SELF).ru_maxrss` (bytes on macOS). See the module doc for why."""
+    else `getrusage(RUSAGE_SELF).ru_maxrss` (bytes on macOS); docs/benchmarks.md says why."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -48,10 +46,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
-
-
-def floor_child() -> float:
-    return peak_rss_mb()
 
 
 def train_child(
@@ -63,11 +57,8 @@ def train_child(
     batches: list[list[Pair]],
     device: str,
     bf16: bool,
-    threads: int,
 ) -> float:
     """Train our model on `batches` (one step each); returns the peak RSS."""
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
     torch.manual_seed(optim.seed)
     model = Transformer(cfg, vocab, ids[0]).to(device).train()
     runner = Runner("ours", model, bf16, make_optimizer(model, optim))
@@ -84,21 +75,26 @@ def decode_child(
     sentences: list[str],
     decode: DecodeConfig,
     device: str,
-    threads: int,
 ) -> float:
     """Beam-5 translation of `sentences`; returns the peak RSS."""
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
     tok = Tokenizer.load(spm)
     model, _ = decode_model(checkpoint, cfg, tok)
     translate(model, tok, sentences, decode.model_copy(update={"beam_size": 5}), device=device)
     return peak_rss_mb()
 
 
+def with_threads(job: Callable[[], float], threads: int) -> float:
+    """`job()` at `threads` CPU threads, denormals flushed (as the parent runs)."""
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    return job()
+
+
 def in_child(job: Callable[[], float]) -> float:
-    """Run `job` (a picklable callable) in a fresh spawned process; return its result."""
+    """Run `job` (a picklable callable) in a fresh spawned process at this process's thread count;
+    return its result."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(job).result()
+        return pool.submit(with_threads, job, torch.get_num_threads()).result()
 
 
 def memory_batches(pairs: list[Pair], optim: OptimConfig, steps: int) -> list[list[Pair]]:
@@ -125,55 +121,42 @@ def run(jobs: dict[str, tuple[Callable[[], float], str]]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = base_parser("Peak RSS of training and of beam-5 decoding, each in its own process.")
+    p = base_parser("Peak RSS of training and of beam-5 decoding, each in its own process.", decodes=True)
     p.add_argument("--steps", type=int, default=20, help="training steps (plus the longest batch)")
-    p.add_argument("--sentences", type=int, default=None, help="first N of test_2016_flickr (default all)")
-    p.add_argument("--checkpoint", help="trained model (default: train.model_file; random if missing)")
     args = p.parse_args(argv)
     params, tok, corpus = load_inputs(args.params)
-    args.checkpoint = args.checkpoint or params.train.model_file
+    checkpoint = args.checkpoint or params.train.model_file
     optim = params.train.optim
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     cfg = model_config(params.train.model, **parse_override(args.model_override))
-    pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
-    batches = memory_batches(pairs, optim, args.steps)
+    batches = memory_batches(train_pairs(params, tok, corpus), optim, args.steps)
     sentences = corpus["test_2016_flickr"]["en"][: args.sentences]
-    spm, threads = str(model_file(params.tokenizer.out_dir)), torch.get_num_threads()
     ids = (tok.pad_id, tok.bos_id, tok.eos_id)
-    model_note = "trained" if Path(args.checkpoint).is_file() else "random-weight"
+    train = partial(
+        train_child,
+        cfg,
+        vocab=tok.vocab_size,
+        ids=ids,
+        optim=optim,
+        batches=batches,
+        device=str(device),
+        bf16=bf16,
+    )
+    spm = str(model_file(params.tokenizer.out_dir))
+    decode = partial(
+        decode_child, checkpoint, cfg, spm=spm, sentences=sentences, decode=params.decode, device=str(device)
+    )
+    model_note = "trained" if Path(checkpoint).is_file() else "random-weight"
     jobs = {
-        "floor": (floor_child, "imports only"),
+        "floor": (peak_rss_mb, "imports only"),
         "train": (
-            partial(
-                train_child,
-                cfg,
-                vocab=tok.vocab_size,
-                ids=ids,
-                optim=optim,
-                batches=batches,
-                device=str(device),
-                bf16=bf16,
-                threads=threads,
-            ),
+            train,
             f"{len(batches)} training steps, D{cfg.d_model} L{cfg.n_layers}, {'bf16' if bf16 else 'fp32'}",
         ),
-        "decode": (
-            partial(
-                decode_child,
-                args.checkpoint,
-                cfg,
-                spm=spm,
-                sentences=sentences,
-                decode=params.decode,
-                device=str(device),
-                threads=threads,
-            ),
-            f"beam 5, {len(sentences)} sentences, {model_note} model",
-        ),
+        "decode": (decode, f"beam 5, {len(sentences)} sentences, {model_note} model"),
     }
     figures = run(jobs)
-    print("\n".join(table(figures["memory_detail"])))
-    record(args.out_dir, "memory", command_line("bench.memory", argv), figures, device)
+    report("bench.memory", argv, args.out_dir, figures, device)
     return figures
 
 

@@ -1,6 +1,6 @@
 """A speed baseline written the way the tutorial writes a Transformer (our own code).
 
-How it measures and what it writes: docs/benchmarks.md, `bench.naive`.
+How it is built: docs/benchmarks.md, "The baselines".
 """
 
 from __future__ import annotations

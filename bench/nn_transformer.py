@@ -1,6 +1,6 @@
 """A speed baseline: our architecture built on `torch.nn.Transformer`.
 
-How it measures and what it writes: docs/benchmarks.md, `bench.nn_transformer`.
+How it is built: docs/benchmarks.md, "The baselines".
 """
 
 from __future__ import annotations

@@ -14,13 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from itertools import cycle
-from pathlib import Path
 
 import torch
 
-from bench.common import command_line, record
+from bench.common import report
 from pipeline.core.errors import run_main
 from pipeline.core.params_file import load_params
+from pipeline.data.multi30k import load_corpus
 from pipeline.serving.mlflow_server import post, served
 
 
@@ -75,16 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if (args.model_uri is None) == (args.port is None):
         p.error("give one of --model-uri (a server is started) and --port (one is running)")
-    from pipeline.data.multi30k import load_corpus
-
     params = load_params(args.params)
     sentences = list(load_corpus(params.download.out_dir)[args.split]["en"])
     with served(args.model_uri) if args.port is None else nullcontext(args.port) as port:
         figures = load(port, sentences, args.clients, args.seconds, args.batch)
-    for name, value in figures.items():
-        print(f"{name:10s} {value}")
-    command = command_line("bench.serve_load", sys.argv[1:] if argv is None else argv)
-    record(Path(args.out_dir), "serve_load", command, {"serve_load": figures}, torch.device("cpu"))
+    argv = sys.argv[1:] if argv is None else argv
+    report("bench.serve_load", argv, args.out_dir, {"serve_load": figures}, torch.device("cpu"))
 
 
 if __name__ == "__main__":

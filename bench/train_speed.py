@@ -1,4 +1,5 @@
-"""Training throughput and MFU: ours vs `torch.nn.Transformer` vs the tutorial's naive style.
+"""Training throughput and MFU: ours vs `torch.nn.Transformer` vs the tutorial's naive style, and
+ours in the other precision and under `torch.compile`.
 
 How it measures and what it writes: docs/benchmarks.md, `bench.train_speed`.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from statistics import median
 from typing import NamedTuple
 
 import torch
@@ -20,17 +22,15 @@ from torch import Tensor, nn
 from bench import naive, nn_transformer
 from bench.common import (
     base_parser,
-    command_line,
     load_inputs,
-    median,
     named_configs,
     parse_override,
-    record,
+    race,
+    report,
     sig,
-    table,
-    timed,
+    train_pairs,
 )
-from bench.flops import matmul_peak_gflops
+from bench.flops import matmul_peaks
 from pipeline.core.config import ModelConfig, OptimConfig
 from pipeline.core.device import autocast, setup, use_bf16
 from pipeline.core.errors import PipelineError, run_main
@@ -39,7 +39,6 @@ from pipeline.model.flops import train_step_flops
 from pipeline.model.transformer import Transformer
 from pipeline.training import loop
 from pipeline.training.loop import RunContext, make_optimizer
-from pipeline.training.validation import encode_pairs
 
 GAP_LIMIT = 1e-4  # largest logit difference (fp32) for a model to count as computing ours' function
 
@@ -67,6 +66,31 @@ def make_batch(pairs: list[Pair], ids: tuple[int, int, int], device: torch.devic
 def real_batches(pairs: list[Pair], optim: OptimConfig, n: int) -> list[list[Pair]]:
     """The first `n` batches of the trainer's epoch-0 order (pairs, not indices)."""
     return [[pairs[i] for i in b] for b in make_batches(pairs, optim.max_tokens, optim.seed, 0)[:n]]
+
+
+@dataclass
+class Runner:
+    """A model in the race, its precision and optimizer."""
+
+    name: str
+    model: nn.Module
+    bf16: bool
+    opt: torch.optim.Optimizer
+    logit_gap: float | None = None  # largest |logit - ours'| on the probe batch (None: not checked)
+
+
+@dataclass
+class RaceSpec:
+    """What every config's race shares."""
+
+    vocab: int
+    ids: tuple[int, int, int]  # pad, bos, eos
+    optim: OptimConfig
+    device: torch.device
+    bf16: bool  # the trainer's precision
+    untimed_steps: int  # steps each runner takes before the timed ones
+    other_precision: bool = True  # race ours in the other precision too
+    compile: bool = False  # race ours under torch.compile
 
 
 def baseline_step(
@@ -112,27 +136,6 @@ class AllPositions(Transformer):
     "logits only at non-pad positions" lever switched off."""
 
 
-@dataclass
-class Runner:
-    """A model in the race, its optimizer, precision and timed step seconds."""
-
-    name: str
-    model: nn.Module
-    bf16: bool
-    opt: torch.optim.Optimizer
-    seconds: list[float] = field(default_factory=list)
-    first_step: float = 0.0  # the untimed first step (compilation, for a compiled model)
-    logit_gap: float | None = None  # largest |logit - ours'| on the probe batch (None: not checked)
-
-
-@dataclass
-class Levers:
-    """Which optional runners race: ours in the other precision, ours under torch.compile."""
-
-    other_precision: bool = True
-    compile: bool = False
-
-
 def compiled(model: Transformer) -> nn.Module:
     """`torch.compile` of a copy of `model` (dynamic shapes: every batch has its own B, S, T)."""
     module = torch.compile(copy.deepcopy(model), dynamic=True)
@@ -165,126 +168,73 @@ def logit_gaps(
     return gaps
 
 
-def make_runners(
-    cfg: ModelConfig,
-    *,
-    vocab: int,
-    pad_id: int,
-    optim: OptimConfig,
-    bf16: bool,
-    probe: tuple[Tensor, Tensor],
-    device: torch.device,
-    levers: Levers,
-) -> list[Runner]:
-    """The raced models, each checked to compute ours' function before it moves to `device`.
+def make_runners(cfg: ModelConfig, spec: RaceSpec, probe: tuple[Tensor, Tensor]) -> list[Runner]:
+    """The raced models, each checked to compute ours' function before it moves to the device.
 
     They are ours, nn_transformer, naive (trainer's precision), ours in the other precision (if
-    `levers.other_precision`), ours with logits at all positions (`AllPositions`), and ours
-    compiled (if `levers.compile`); the check runs on `probe` (CPU tensors: `logit_gaps`).
+    `spec.other_precision`), ours with logits at all positions (`AllPositions`), and ours
+    compiled (if `spec.compile`); the check runs on `probe` (CPU tensors: `logit_gaps`).
 
     Raises:
         PipelineError: a model does not compute ours' function.
     """
-    torch.manual_seed(optim.seed)
-    ours = Transformer(cfg, vocab, pad_id)
-    all_positions = AllPositions(cfg, vocab, pad_id)
+    torch.manual_seed(spec.optim.seed)
+    ours = Transformer(cfg, spec.vocab, spec.ids[0])
+    all_positions = AllPositions(cfg, spec.vocab, spec.ids[0])
     all_positions.load_state_dict(ours.state_dict())
+    bf16 = spec.bf16
     models = [
         ("ours", ours, bf16),
         ("nn_transformer", nn_transformer.from_ours(ours), bf16),
         ("naive", naive.from_ours(ours), bf16),
         ("ours_all_positions", all_positions, bf16),
     ]
-    if levers.other_precision:
+    if spec.other_precision:
         models.insert(3, ("ours_fp32" if bf16 else "ours_bf16", copy.deepcopy(ours), not bf16))
-    if levers.compile:
+    if spec.compile:
         models.append(("ours_compiled", compiled(ours), bf16))
     gaps = logit_gaps(models, ours, probe)
     return [
-        Runner(n, m.to(device).train(), b, make_optimizer(m, optim), logit_gap=gaps[n]) for n, m, b in models
+        Runner(n, m.to(spec.device).train(), b, make_optimizer(m, spec.optim), gaps[n]) for n, m, b in models
     ]
 
 
-def race(runners: list[Runner], batches: list[Batch], warmup: int, optim: OptimConfig) -> None:
-    """Every runner trains on every batch, round-robin, rotating the order; steps after
-    `warmup` batches are timed."""
-    race_lanes(runners, [batches] * len(runners), warmup, optim)
-
-
-def race_lanes(runners: list[Runner], lanes: list[list[Batch]], warmup: int, optim: OptimConfig) -> None:
-    """Train runner j on `lanes[j]`, step by step, the order rotating each step.
-
-    Step i of every runner runs before step i + 1 of any (lanes of equal length); steps after
-    `warmup` are timed, the first is kept in `first_step`.
-    """
-    pairs = list(zip(runners, lanes, strict=True))
-    for i in range(len(lanes[0])):
-        k = i % len(pairs)
-        for r, lane in pairs[k:] + pairs[:k]:
-            seconds = timed(step_of(r, lane[i], optim), lane[i].src.device)
-            if i >= warmup:
-                r.seconds.append(seconds)
-            elif i == 0:
-                r.first_step = seconds
-
-
-def summarize(
-    name: str, cfg: ModelConfig, runners: list[Runner], batches: list[Batch], flops: list[int]
-) -> list[dict]:
-    """One detail row per runner; ours' row carries its achieved GFLOP/s."""
-    ours = runners[0]
+def bench_config(name: str, cfg: ModelConfig, batches: list[Batch], spec: RaceSpec) -> list[dict]:
+    """Race the models on `batches` (`common.race`); returns their detail rows."""
+    runners = make_runners(cfg, spec, (batches[0].src[:4].cpu(), batches[0].tgt_in[:4].cpu()))
+    lanes = {r.name: [step_of(r, b, spec.optim) for b in batches] for r in runners}
+    seconds = {n: [s for _, s in steps] for n, steps in race(lanes, spec.device).items()}
     dims = f"{name} (D{cfg.d_model} H{cfg.n_heads} L{cfg.n_layers} F{cfg.d_ff})"
-    rows = []
-    for r in runners:
-        rows.append(
-            {
-                "config": dims,
-                "model": r.name,
-                "precision": "bf16" if r.bf16 else "fp32",
-                "tok_s": sig(median([b.tokens / s for b, s in zip(batches, r.seconds, strict=True)])),
-                "ms_per_step": sig(1e3 * median(r.seconds)),
-                "ours_vs_this": sig(median([s / o for s, o in zip(r.seconds, ours.seconds, strict=True)])),
-                "achieved_gflops": None,
-                "logit_gap": r.logit_gap,
-            }
-        )
-    rows[0]["achieved_gflops"] = sig(median([f / s / 1e9 for f, s in zip(flops, ours.seconds, strict=True)]))
+    rows = [
+        detail_row(dims, r, seconds[r.name], seconds["ours"], batches, spec.untimed_steps) for r in runners
+    ]
+    timed = batches[spec.untimed_steps :]
+    flops = [train_step_flops(cfg, spec.vocab, b.src_lens, b.tgt_lens) for b in timed]
+    ours_timed = zip(flops, seconds["ours"][spec.untimed_steps :], strict=True)
+    rows[0]["achieved_gflops"] = sig(median([f / s / 1e9 for f, s in ours_timed]))
     return rows
 
 
-def bench_config(
-    name: str,
-    cfg: ModelConfig,
-    *,
-    vocab: int,
-    pad_id: int,
-    batches: list[Batch],
-    warmup: int,
-    optim: OptimConfig,
-    bf16: bool,
-    levers: Levers,
-) -> list[dict]:
-    """Race the models on `batches`; returns the detail rows (a compiled runner's row carries
-    `compile_s`)."""
-    probe = (batches[0].src[:4].cpu(), batches[0].tgt_in[:4].cpu())
-    runners = make_runners(
-        cfg,
-        vocab=vocab,
-        pad_id=pad_id,
-        optim=optim,
-        bf16=bf16,
-        probe=probe,
-        device=batches[0].src.device,
-        levers=levers,
-    )
-    race(runners, batches, warmup, optim)
-    timed_batches = batches[warmup:]
-    flops = [train_step_flops(cfg, vocab, b.src_lens, b.tgt_lens) for b in timed_batches]
-    rows = summarize(name, cfg, runners, timed_batches, flops)
-    for row, r in zip(rows, runners, strict=True):
-        if r.name == "ours_compiled":
-            row["compile_s"] = sig(r.first_step - median(r.seconds))
-    return rows
+def detail_row(
+    dims: str, r: Runner, seconds: list[float], ours: list[float], batches: list[Batch], untimed: int
+) -> dict:
+    """A runner's row from its step `seconds` on `batches` (the `untimed` first left out): tok/s, ms
+    per step, ours' speed over its own (`ours`: ours' step seconds); a compiled runner's row carries
+    `compile_s`, its first step minus its median."""
+    mine, ours, batches = seconds[untimed:], ours[untimed:], batches[untimed:]
+    row = {
+        "config": dims,
+        "model": r.name,
+        "precision": "bf16" if r.bf16 else "fp32",
+        "tok_s": sig(median([b.tokens / s for b, s in zip(batches, mine, strict=True)])),
+        "ms_per_step": sig(1e3 * median(mine)),
+        "ours_vs_this": sig(median([s / o for s, o in zip(mine, ours, strict=True)])),
+        "achieved_gflops": None,
+        "logit_gap": r.logit_gap,
+    }
+    if r.name == "ours_compiled":
+        row["compile_s"] = sig(seconds[0] - median(mine))
+    return row
 
 
 def headline(rows: list[dict], peaks: dict[str, float], bf16: bool) -> dict:
@@ -313,57 +263,28 @@ def headline(rows: list[dict], peaks: dict[str, float], bf16: bool) -> dict:
     return figures
 
 
-def matmul_peaks(device: torch.device, bf16: bool, size: int) -> dict[str, float]:
-    """The matmul peak (GFLOP/s) in the trainer's dtype, and in bf16 too when that is not it
-    (at most 512² where bf16 is not native: emulated bf16 is slow)."""
-    peaks = {
-        "bf16" if bf16 else "fp32": matmul_peak_gflops(
-            torch.bfloat16 if bf16 else torch.float32, device, size
-        )
-    }
-    if not bf16:
-        native = use_bf16(device, "auto")
-        peaks["bf16"] = matmul_peak_gflops(torch.bfloat16, device, size if native else min(size, 512))
-    return peaks
-
-
 def run(
-    pairs: list[Pair],
-    configs: dict[str, ModelConfig],
-    *,
-    vocab: int,
-    ids: tuple[int, int, int],
-    optim: OptimConfig,
-    device: torch.device,
-    bf16: bool,
-    steps: int,
-    warmup: int,
-    peak_size: int,
-    levers: Levers,
+    pairs: list[Pair], configs: dict[str, ModelConfig], spec: RaceSpec, *, steps: int, peak_size: int
 ) -> dict:
-    """All configs on the same real batches (the compiled runner in the headline config only);
-    returns the figures for bench.json."""
-    batches = [make_batch(b, ids, device) for b in real_batches(pairs, optim, warmup + steps)]
-    if len(batches) <= warmup:
-        raise ValueError(f"only {len(batches)} batches of training data for {warmup} warm-up steps")
-    peaks = matmul_peaks(device, bf16, peak_size)
+    """All configs on the same real batches (the compiled runner in the headline config only:
+    'default', else the last); returns the figures for bench.json.
+
+    Raises:
+        ValueError: the training data has no batch left to time.
+    """
+    n = spec.untimed_steps + steps
+    batches = [make_batch(b, spec.ids, spec.device) for b in real_batches(pairs, spec.optim, n)]
+    if len(batches) <= spec.untimed_steps:
+        raise ValueError(
+            f"only {len(batches)} batches of training data for {spec.untimed_steps} untimed steps"
+        )
+    peaks = matmul_peaks(spec.device, spec.bf16, peak_size)
     last = "default" if "default" in configs else list(configs)[-1]
     detail = []
-    for n, c in configs.items():
-        config_levers = Levers(levers.other_precision, levers.compile and n == last)
-        detail += bench_config(
-            n,
-            c,
-            vocab=vocab,
-            pad_id=ids[0],
-            batches=batches,
-            warmup=warmup,
-            optim=optim,
-            bf16=bf16,
-            levers=config_levers,
-        )
+    for name, cfg in configs.items():
+        detail += bench_config(name, cfg, batches, replace(spec, compile=spec.compile and name == last))
     rows = [r for r in detail if r["config"].startswith(f"{last} ")]
-    return {**headline(rows, peaks, bf16), "train_detail": detail}
+    return {**headline(rows, peaks, spec.bf16), "train_detail": detail}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -373,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "--configs", default="tiny,wu_tiny,default", help="comma-separated: tiny, wu_tiny, default"
     )
     p.add_argument("--steps", type=int, default=20, help="timed steps per model")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    p.add_argument("--untimed-steps", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--peak-size", type=int, default=None, help="square matmul size (2048 CPU, 8192 CUDA)")
     p.add_argument(
         "--other-precision",
@@ -387,27 +308,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
     optim = params.train.optim
     device, bf16 = setup(optim.device, optim.precision, optim.threads)
     configs = named_configs(params, args.configs.split(","), parse_override(args.model_override))
-    pairs = encode_pairs(tok, corpus["train"]["en"], corpus["train"]["de"], params.train.max_len)
-    peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
-    ids = (tok.pad_id, tok.bos_id, tok.eos_id)
     other = {"on": True, "off": False}.get(args.other_precision, use_bf16(device, "auto"))
-    levers = Levers(other_precision=other, compile=args.compile)
-    figures = run(
-        pairs,
-        configs,
-        vocab=tok.vocab_size,
-        ids=ids,
-        optim=optim,
-        device=device,
-        bf16=bf16,
-        steps=args.steps,
-        warmup=args.warmup,
-        peak_size=peak_size,
-        levers=levers,
+    spec = RaceSpec(
+        tok.vocab_size,
+        (tok.pad_id, tok.bos_id, tok.eos_id),
+        optim,
+        device,
+        bf16,
+        args.untimed_steps,
+        other_precision=other,
+        compile=args.compile,
     )
-    print("\n".join(table(figures["train_detail"])))
-    print("\n".join(table([{k: v for k, v in figures.items() if k != "train_detail"}])))
-    record(args.out_dir, "train_speed", command_line("bench.train_speed", argv), figures, device)
+    peak_size = args.peak_size or (8192 if device.type == "cuda" else 2048)
+    figures = run(train_pairs(params, tok, corpus), configs, spec, steps=args.steps, peak_size=peak_size)
+    report("bench.train_speed", argv, args.out_dir, figures, device)
     return figures
 
 

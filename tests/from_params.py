@@ -9,6 +9,11 @@ from pipeline.core.config import Params, S, Section
 from pipeline.core.params_file import SHIPPED_PARAMS, default_params, with_updates
 from pipeline.ops.overrides import merge_params, read_yaml
 
+# YAML whose aliases stand for 9**9 strings if each were copied: a params file that must fail at once
+BILLION_LAUGHS = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
+)
+
 
 def _sections(params: Params) -> dict[type[Section], Section]:
     found: dict[type[Section], Section] = {Params: params}

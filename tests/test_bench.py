@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 from datasets import Dataset, DatasetDict
 from from_params import from_params, write_changed_params
 
+from bench.common import race
 from pipeline.core.config import ModelConfig, TokenizerConfig
 from pipeline.data.multi30k import save_dataset_dict
 from pipeline.data.tokenizer import train_tokenizer
@@ -91,7 +93,7 @@ def bench(module: str, *args: str, ok: bool = True, no_compile: bool = False) ->
 def reports(workspace: Path) -> dict:
     """bench.json after train_speed, decode_speed and memory ran into one folder."""
     none = str(workspace / "none.pt")
-    args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "128"]
+    args = ["--configs", "tiny,default", "--steps", "2", "--untimed-steps", "1", "--peak-size", "128"]
     bench("bench.train_speed", *common_args(workspace), *args, "--other-precision", "on")
     bench("bench.decode_speed", *common_args(workspace), "--sentences", "6", "--checkpoint", none)
     args = ["--steps", "2", "--sentences", "4", "--checkpoint", none]
@@ -123,14 +125,14 @@ def test_train_speed_writes_its_keys(reports: dict) -> None:
     assert_same_function(reports["train_detail"])  # post-norm, tied embeddings
 
 
-def test_train_speed_levers_other_precision_off_and_compile(workspace: Path) -> None:
+def test_train_speed_other_precision_off_and_compile(workspace: Path) -> None:
     """Without the other precision bf16_vs_fp32 is None; `--compile` adds a compiled runner to the
     headline config only (torch.compile is the identity here: compiling takes minutes). The
     baselines are pre-norm with untied embeddings here, and compute our function still."""
-    args = ["--configs", "tiny,default", "--steps", "2", "--warmup", "1", "--peak-size", "64"]
+    args = ["--configs", "tiny,default", "--steps", "2", "--untimed-steps", "1", "--peak-size", "64"]
     override = ["--model-override", f"{TINY},pre_norm=true,tie_embeddings=false"]
-    levers = ["--other-precision", "off", "--compile"]
-    bench("bench.train_speed", *common_args(workspace, "levers"), *override, *args, *levers, no_compile=True)
+    lanes = ["--other-precision", "off", "--compile"]
+    bench("bench.train_speed", *common_args(workspace, "levers"), *override, *args, *lanes, no_compile=True)
     data = json.loads((workspace / "levers" / "bench.json").read_text())
     assert data["bf16_vs_fp32"] is None
     rows = [(row["config"].split()[0], row["model"]) for row in data["train_detail"]]
@@ -177,6 +179,14 @@ def test_every_run_merges_into_one_report(workspace: Path, reports: dict) -> Non
     md = (workspace / "reports" / "bench.md").read_text()
     assert f"`{runs['memory']['command']}`" in md and re.search(r"^\| train_tok_s +\| ", md, re.M)
     assert all(f"## {key}" in md for key in ("train_detail", "decode_detail", "memory_detail"))
+
+
+def test_the_race_runs_step_i_of_every_lane_before_step_i_plus_1_in_rotating_order() -> None:
+    order: list[str] = []
+    lanes = {name: [partial(order.append, f"{name}{i}") for i in range(3)] for name in "abc"}
+    done = race(lanes, torch.device("cpu"))
+    assert order == ["a0", "b0", "c0", "b1", "c1", "a1", "c2", "a2", "b2"]
+    assert all(len(steps) == 3 and all(s >= 0 for _, s in steps) for steps in done.values())
 
 
 def test_flop_count_weights_are_the_models_linear_weights() -> None:

@@ -9,7 +9,7 @@ from typing import get_args
 
 import pytest
 import yaml
-from from_params import write_changed_params
+from from_params import BILLION_LAUGHS, write_changed_params
 from pydantic import BaseModel
 
 from pipeline.core.config import MAX_BEAM_SIZE, Params, Section
@@ -273,11 +273,6 @@ def test_outputs_inside_the_checkout_pass_after_resolving_links_and_dotdot(tmp_p
     )
     params = load_params(path)
     assert params.download.out_dir == "data/multi30k" and params.prepare.out_dir == "x/../ids"
-
-
-BILLION_LAUGHS = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
-)
 
 
 @pytest.mark.parametrize("where", ["top level", "decode.ensemble"])

@@ -1,4 +1,4 @@
-"""The CUDA paths, run on a GPU (all skipped without one; `bench/gpu_check.sh` runs them there).
+"""The CUDA paths, run on a GPU (all skipped without one; `checks/gpu_check.sh` runs them there).
 
 - the fused attention kernel (`F.scaled_dot_product_attention`, which `pipeline.model.transformer.attention`
   calls on CUDA) against the explicit math, for every mask kind, in fp32 and bf16;

@@ -24,12 +24,18 @@ file names such as ``test.en``); ``python -m`` is.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
 from import_graph import PIPELINES
+from markdown_tables import table_rows
 
+from pipeline.core.params_file import load_params
+from pipeline.data.multi30k import SPLITS, TRAIN_SPLIT
+from pipeline.data.translations import scores_path
 from pipeline.ops.dvc_index import read_stages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,9 +43,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 150
 
 SOURCE_EXTENSIONS = (".py", ".md", ".yaml", ".yml", ".toml", ".tsv", ".jsonl", ".sh", ".j2", ".lock")
-REPO_PACKAGES = ("pipeline", "stages", "bench", "tests")
+REPO_PACKAGES = ("pipeline", "stages", "bench", "checks", "study", "tests")
 GENERATED_ELSEWHERE = {
-    "reports/gpu.json": "bench/gpu_check.sh",
+    "reports/gpu.json": "checks/gpu_check.sh",
     "models/ct2": "python -m pipeline.ops.export ctranslate2",
     ".dvc/config.local": "dvc remote modify --local",
 }
@@ -166,6 +172,172 @@ def test_readme_setup_is_what_ci_runs():
     assert install.search(readme) and install.search(ci)
     assert re.search(r"^pytest$", readme, re.M) and re.search(r"^pytest$", ci, re.M)
     assert "dvc repro" in readme and "MULTI30K_MIRROR" in readme and "MULTI30K_MIRROR" in ci
+
+
+# --- figures and names the docs copy from the pipeline and reports/ --------------------------------
+
+
+def section_table(text: str, heading: str) -> list[tuple[str, ...]]:
+    """The body rows (cells) of the first Markdown table under `## heading` in `text`."""
+    lines = without_fences(text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = takewhile(lambda line: line.startswith("|"), lines[start:])
+    return table_rows("\n".join(table))[2:]
+
+
+def test_readme_stage_table_lists_every_stage_of_dvc_yaml():
+    listed = [row[0].strip("`") for row in section_table((ROOT / "README.md").read_text(), "The pipeline")]
+    assert listed == list(read_stages(ROOT)), "README's stage table against dvc.yaml, in DAG order"
+
+
+def readme_default_figures(root: Path = ROOT) -> dict[str, str]:
+    """The README results table's default column as the committed run's reports give it (0.1)."""
+    params = load_params(root / "params.yaml")
+    summary = json.loads((root / params.train.metrics_json).read_text())
+    tokens = summary["target_tokens"] / 1e6
+    out = {
+        "what trains": f"one model: {summary['steps']:,} updates, {tokens:.1f} M target tokens",
+        "training minutes": f"{summary['minutes']:.1f}",
+    }
+    for split in (s for s in SPLITS if s != TRAIN_SPLIT):
+        score = json.loads((root / scores_path(params.score.scores_dir, split)).read_text())
+        out[f"{split} BLEU / lc-tok (chrF)"] = (
+            f"{score['bleu']:.1f} / {score['bleu_lc_tok']:.1f} ({score['chrf']:.1f})"
+        )
+    return out
+
+
+def readme_default_prose(root: Path = ROOT) -> str:
+    """The README's sentence on the committed run's training, as `train.metrics_json` gives it."""
+    summary = json.loads((root / load_params(root / "params.yaml").train.metrics_json).read_text())
+    return (
+        f"{summary['epochs']} epochs, {summary['mean_tokens_per_s']:,.0f} target tokens/s with "
+        f"validations, {summary['parameters'] / 1e6:.1f} M parameters"
+    )
+
+
+def default_column_mismatches(readme: str, expected: dict[str, str], prose: str) -> list[str]:
+    """Where the README's results (default column, training sentence) differ from `expected`."""
+    column = {row[0]: row[1] for row in section_table(readme, "Results")}
+    wrong = [
+        f"{label}: README {column.get(label)!r}, reports {want!r}"
+        for label, want in expected.items()
+        if column.get(label) != want
+    ]
+    if prose not in " ".join(readme.split()):
+        wrong.append(f"training sentence: reports say {prose!r}")
+    return wrong
+
+
+def test_readme_results_are_the_committed_reports():
+    """A new committed run fails this until the README's default column follows its reports."""
+    readme = (ROOT / "README.md").read_text()
+    wrong = default_column_mismatches(readme, readme_default_figures(), readme_default_prose())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_readme_figure_that_differs_from_the_reports_is_caught():
+    readme = (ROOT / "README.md").read_text()
+    changed = readme_default_figures() | {"val BLEU / lc-tok (chrF)": "99.9 / 99.9 (99.9)"}
+    wrong = default_column_mismatches(readme, changed, "1 epochs")
+    assert [w.split(":")[0] for w in wrong] == ["val BLEU / lc-tok (chrF)", "training sentence"]
+    assert wrong[0].endswith("reports '99.9 / 99.9 (99.9)'")
+
+
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def study_mismatches(rows: list[tuple[str, ...]], record: dict[str, dict]) -> list[str]:
+    """Where docs/results.md's "Quality per CPU hour" rows differ from the study's record: val BLEU
+    and lc-tok (0.1), p at the decimals shown, and the minutes when the cell is a bare number."""
+    wrong = []
+    for row in rows:
+        name = row[0].split("`")[1]
+        rec = record.get(name)
+        if rec is None:
+            wrong.append(f"{name}: not in reports/experiments.jsonl")
+            continue
+        p = NUMBER.match(row[6])
+        shown = {
+            "minutes": row[2] if NUMBER.fullmatch(row[2]) else None,
+            "val BLEU": row[4],
+            "val lc-tok": row[5],
+            "p": p and p.group(),
+        }
+        digits = len(p.group().partition(".")[2]) if p else 0
+        want = {
+            "minutes": f"{rec['minutes']:.1f}" if shown["minutes"] else None,
+            "val BLEU": f"{rec['val_bleu']:.1f}",
+            "val lc-tok": f"{rec['val_bleu_lc_tok']:.1f}",
+            "p": f"{rec['p_vs_baseline']:.{digits}f}" if rec.get("p_vs_baseline") is not None else None,
+        }
+        wrong += [f"{name} {k}: docs {shown[k]}, record {want[k]}" for k in shown if shown[k] != want[k]]
+    return wrong
+
+
+def test_the_study_rows_in_results_md_are_the_record():
+    lines = (ROOT / "reports/experiments.jsonl").read_text().splitlines()
+    record = {row["name"]: row for row in map(json.loads, lines)}
+    rows = section_table((ROOT / "docs/results.md").read_text(), "Quality per CPU hour")
+    assert len(rows) > 10 and not study_mismatches(rows, record), study_mismatches(rows, record)
+    name = rows[1][0].split("`")[1]
+    changed = record | {name: record[name] | {"val_bleu": record[name]["val_bleu"] + 1}}
+    assert [w.split(":")[0] for w in study_mismatches(rows, changed)] == [f"{name} val BLEU"]
+
+
+BENCH_MD = "reports/bench.md"
+BENCH_TABLE = re.compile(r"`(\w+_detail)`")
+
+
+def bench_quotes(text: str) -> list[tuple[list[str], list[tuple[str, ...]]]]:
+    """Each Markdown table whose introduction (the paragraph before it) names `reports/bench.md`:
+    the `reports/bench.json` tables that introduction names, and the table's body rows."""
+    paragraphs = without_fences(text).split("\n\n")
+    return [
+        (BENCH_TABLE.findall(intro), table_rows(table)[2:])
+        for intro, table in zip(paragraphs, paragraphs[1:], strict=False)
+        if BENCH_MD in intro and table.lstrip().startswith("|")
+    ]
+
+
+def unbacked_figures(tables: list[str], rows: list[tuple[str, ...]], bench: dict) -> list[str]:
+    """The figures of `rows` (every number of a cell that starts with one) found in none of the
+    named `bench` tables at 0 to 3 decimals; a quote that names no table is unbacked as a whole."""
+    if not tables:
+        return [f"a table quoting {BENCH_MD} names none of its tables"]
+    wrong = [f"{name}: not in reports/bench.json" for name in tables if name not in bench]
+    values = {
+        round(v, digits)
+        for name in tables
+        for row in bench.get(name, [])
+        for v in row.values()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+        for digits in range(4)
+    }
+    figures = [n for row in rows for cell in row if cell[:1].isdigit() for n in NUMBER.findall(cell)]
+    return wrong + [f"{n} (tables {tables})" for n in figures if float(n.replace(",", "")) not in values]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_figures_quoted_from_bench_md_are_in_bench_json(doc: Path):
+    bench = json.loads((ROOT / "reports/bench.json").read_text())
+    wrong = [
+        w for tables, rows in bench_quotes(doc.read_text()) for w in unbacked_figures(tables, rows, bench)
+    ]
+    assert not wrong, f"{doc_id(doc)}: figures not in reports/bench.json: {wrong}"
+
+
+def test_a_bench_quote_with_a_changed_or_unnamed_figure_is_caught():
+    bench = {"speed_detail": [{"lane": "ours", "tok_s": 4972.0, "vs_first": 0.9849}]}
+    quote = "From `reports/bench.md`, table `speed_detail`:\n\n| lane | tok/s |\n|---|---:|\n"
+    [(tables, rows)] = bench_quotes(quote + "| ours | 4,972 (0.98×) |\n")
+    assert tables == ["speed_detail"] and unbacked_figures(tables, rows, bench) == []
+    [(tables, rows)] = bench_quotes(quote + "| ours | 4,972 (0.99×) |\n")
+    assert unbacked_figures(tables, rows, bench) == ["0.99 (tables ['speed_detail'])"]
+    [(tables, rows)] = bench_quotes(
+        "Figures from `reports/bench.md`:\n\n| what | figure |\n|---|---|\n| x | 1 |"
+    )
+    assert unbacked_figures(tables, rows, bench) == [f"a table quoting {BENCH_MD} names none of its tables"]
 
 
 # --- the extractors can fail ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from datasets import Dataset, DatasetDict
-from from_params import write_changed_params
+from from_params import BILLION_LAUGHS, write_changed_params
 from markdown_tables import table_rows
 
 from pipeline.core.errors import ConfigError
@@ -274,20 +274,26 @@ def test_a_broken_incoming_link_stops_the_flow_before_dvc(tiny_repo: Path, harne
     assert "incoming" not in tasks  # no stage task started
 
 
-def test_run_with_a_broken_incoming_link_is_one_line_before_prefect_starts(
-    tmp_path: Path, monkeypatch, capsys
-) -> None:
+def refused_run(repo: Path, monkeypatch, capsys) -> str:
+    """`main(["run"])` in `repo` with the flow itself blocked: its one-line error (exit 1)."""
     from pipeline.ops.flow import cli, tasks
 
-    write_changed_params(tmp_path / "params.yaml", {"incoming": {"in_dir": "data/incoming"}})
-    (tmp_path / "data/incoming").mkdir(parents=True)
-    (tmp_path / "data/incoming/.#pairs.tsv").symlink_to(tmp_path / "nowhere")
-    monkeypatch.setattr(cli, "REPO", tmp_path)
+    monkeypatch.setattr(cli, "REPO", repo)
     monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
     with pytest.raises(SystemExit) as info:
         main(["run"])
     err = capsys.readouterr().err
-    assert info.value.code == 1 and err.count("\n") == 1
+    assert info.value.code == 1 and err.count("\n") == 1, err
+    return err
+
+
+def test_run_with_a_broken_incoming_link_is_one_line_before_prefect_starts(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    write_changed_params(tmp_path / "params.yaml", {"incoming": {"in_dir": "data/incoming"}})
+    (tmp_path / "data/incoming").mkdir(parents=True)
+    (tmp_path / "data/incoming/.#pairs.tsv").symlink_to(tmp_path / "nowhere")
+    err = refused_run(tmp_path, monkeypatch, capsys)
     assert err.startswith("error: data/incoming/.#pairs.tsv: broken symbolic link")
 
 
@@ -366,15 +372,10 @@ def test_one_flow_run_per_checkout(tmp_path: Path) -> None:
 
 
 def test_a_second_run_command_is_one_line_and_exit_1(tmp_path: Path, monkeypatch, capsys) -> None:
-    from pipeline.ops.flow import cli, tasks
     from pipeline.ops.flow.cli import run_lock
 
-    monkeypatch.setattr(cli, "REPO", tmp_path)
-    monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
-    with run_lock(tmp_path), pytest.raises(SystemExit) as info:
-        main(["run"])
-    err = capsys.readouterr().err
-    assert info.value.code == 1 and err.count("\n") == 1
+    with run_lock(tmp_path):
+        err = refused_run(tmp_path, monkeypatch, capsys)
     assert err.startswith(f"error: {tmp_path}: a flow run is already running (pid {os.getpid()}")
 
 
@@ -503,19 +504,12 @@ def test_an_incoming_section_missing_a_key_is_one_line(tmp_path: Path) -> None:
 def test_run_with_a_corrupt_tracking_database_is_one_line_before_prefect_starts(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    from pipeline.ops.flow import cli, tasks
-
     write_changed_params(tmp_path / "params.yaml", {"incoming": {"in_dir": "data/incoming"}})
     (tmp_path / "data/incoming").mkdir(parents=True)
     db = tmp_path / "mlflow.db"
     db.write_bytes(b"garbage, not SQLite" * 100)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
-    monkeypatch.setattr(cli, "REPO", tmp_path)
-    monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
-    with pytest.raises(SystemExit) as info:
-        main(["run"])
-    err = capsys.readouterr().err
-    assert info.value.code == 1 and err.count("\n") == 1
+    err = refused_run(tmp_path, monkeypatch, capsys)
     assert err.startswith(f"error: {db}: not a readable SQLite database (file is not a database); move it")
 
 
@@ -575,10 +569,7 @@ def test_run_with_an_alias_bomb_params_is_one_line_in_seconds(tmp_path: Path) ->
         shutil.copytree(
             REPO / package, tmp_path / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
         )
-    bomb = "lol: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-        f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9)
-    )
-    (tmp_path / "params.yaml").write_text(bomb + (REPO / "params.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "params.yaml").write_text(BILLION_LAUGHS + (REPO / "params.yaml").read_text(encoding="utf-8"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.monotonic()
     done = subprocess.run(
@@ -681,16 +672,9 @@ def dvc_lock_holder(scratch_dvc: Path):
 def test_a_held_dvc_lock_is_one_line_naming_its_holder_before_prefect_starts(
     scratch_dvc: Path, dvc_lock_holder, monkeypatch, capsys
 ) -> None:
-    from pipeline.ops.flow import cli, tasks
-
     write_changed_params(scratch_dvc / "params.yaml", {"mlflow": {"enabled": False}})
     (scratch_dvc / "data/incoming").mkdir(parents=True)
-    monkeypatch.setattr(cli, "REPO", scratch_dvc)
-    monkeypatch.setattr(tasks, "pipeline_flow", lambda **_: pytest.fail("the flow started"))
-    with pytest.raises(SystemExit) as info:
-        main(["run"])
-    err = capsys.readouterr().err
-    assert info.value.code == 1 and err.count("\n") == 1
+    err = refused_run(scratch_dvc, monkeypatch, capsys)
     assert err.startswith(f"error: {scratch_dvc}: DVC is busy: pid {dvc_lock_holder.pid} (")
     assert "holds .dvc/tmp/lock; wait for it to end" in err
 

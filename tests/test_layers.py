@@ -80,3 +80,29 @@ def test_training_does_not_depend_on_serving_or_ops() -> None:
         layers = {layer_of(m) for m in closure(module)}
         assert not layers & {"serving", "ops"}, module
         assert "pipeline.model.beam" not in closure(module), module
+
+
+OUTSIDE_THE_LIBRARY = ("study", "bench", "checks", "tests")  # beside pipeline/, never below it
+
+
+def imported_names(path) -> set[str]:
+    """Every module name `path` imports, whatever its package (`import_graph.imports` keeps ours only)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_library_imports_nothing_beside_it() -> None:
+    """study/, bench/ and checks/ may import pipeline/; pipeline/ never imports them."""
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "pipeline").rglob("*.py"))
+        for name in sorted(imported_names(path))
+        if name.split(".")[0] in OUTSIDE_THE_LIBRARY
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert imported_names(ROOT / "study" / "record.py") >= {"pipeline.ops.promotion", "study.rows"}

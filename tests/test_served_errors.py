@@ -16,11 +16,12 @@ from from_params import from_params
 from starlette.requests import Request
 from starlette.testclient import TestClient
 
-from pipeline.core.config import DecodeConfig
+from pipeline.core.config import DecodeConfig, ServeConfig
 from pipeline.serving.server import capped_body, guard
 
 JSON = {"Content-Type": "application/json"}
 GOOD = b'{"inputs": ["A man walks in the park."]}'
+MAX_INPUTS = from_params(ServeConfig).max_inputs  # the limits the saved model gets from params.yaml
 PATH_RE = re.compile(r"(?<![\w.])/[\w.-]+/[\w.-]+|[A-Za-z]:\\\\")  # /work/main/..., C:\\...
 
 
@@ -71,6 +72,7 @@ BAD_BODIES = {
     "inputs object": b'{"inputs": {"en": "A dog."}}',
     "input null": b'{"inputs": ["A dog.", null]}',
     "input number": b'{"inputs": [7]}',
+    "input number after a string": b'{"inputs": ["A dog.", 7]}',
     "input boolean": b'{"inputs": [true]}',
     "input object": b'{"inputs": [{"en": "A dog."}]}',
     "nested list": b'{"inputs": [["A dog."]]}',
@@ -79,13 +81,16 @@ BAD_BODIES = {
     "NaN": b'{"inputs": [NaN]}',
     "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000,
     "too long": json.dumps({"inputs": ["A dog. " * 1000]}).encode(),
+    "too many": json.dumps({"inputs": ["A dog."] * (MAX_INPUTS + 1)}).encode(),
     "params null inputs bad": b'{"inputs": [1], "params": null}',
     "params array": b'{"inputs": ["A dog."], "params": [1]}',
     "params unknown": b'{"inputs": ["A dog."], "params": {"beam": 2}}',
     "param huge integer": b'{"inputs": ["A dog."], "params": {"beam_size": ' + b"9" * 5000 + b"}}",
     "param float": b'{"inputs": ["A dog."], "params": {"beam_size": 2.5}}',
     "param string": b'{"inputs": ["A dog."], "params": {"n_best": "two"}}',
+    "beam size string": b'{"inputs": ["A dog."], "params": {"beam_size": "five"}}',
     "param out of range": b'{"inputs": ["A dog."], "params": {"beam_size": 0}}',
+    "n_best above the beam size": b'{"inputs": ["A dog."], "params": {"n_best": 9}}',
     "length penalty that overflows": b'{"inputs": ["A dog."], "params": {"length_penalty": 1e308}}',
     "length penalty far out of range": b'{"inputs": ["A dog."], "params": {"length_penalty": 5000}}',
     "invalid JSON": b'{"inputs": [',
@@ -172,6 +177,11 @@ def test_messages_name_the_problem(client: TestClient) -> None:
         (BAD_BODIES["params unknown"], "params: unknown 'beam' (allowed: beam_size, length_penalty, n_best)"),
         (BAD_BODIES["invalid JSON"], "body: not JSON (Expecting value at character 12)"),
         (BAD_BODIES["too long"], "inputs[0]: 7000 characters, at most 5000"),
+        (BAD_BODIES["too many"], f"inputs: {MAX_INPUTS + 1} strings, at most {MAX_INPUTS} per request"),
+        (
+            BAD_BODIES["n_best above the beam size"],
+            "params.n_best: must be an integer from 0 to the beam size 2",
+        ),
         (
             BAD_BODIES["length penalty that overflows"],
             "params.length_penalty: Input should be less than or equal to 10",

@@ -1,7 +1,7 @@
-"""The code's surface in numbers: `python tests/surface.py` prints the module docstrings over six
+"""The code's surface in numbers: `python tools/surface.py` prints the module docstrings over six
 lines, public docstrings whose first paragraph runs past two lines, functions taking more than
-five positional arguments and the `# fmt: skip` markers, over pipeline/, stages/ and bench/, and the
-config fields whose default is written in the code instead of params.yaml."""
+five positional arguments and the `# fmt: skip` markers, over the code folders (pipeline/, stages/,
+bench/, checks/, study/), and the config fields whose default is written in the code."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("pipeline", "stages", "bench")
+FOLDERS = ("pipeline", "stages", "bench", "checks", "study")
 
 
 def sources() -> list[Path]:
+    """The Python files of the code folders (a folder not in this checkout is skipped)."""
     return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 

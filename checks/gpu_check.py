@@ -1,6 +1,6 @@
 """The GPU check: CUDA tests, then the DAG's stages with a cut budget, into gpu.json.
 
-How it measures and what it writes: docs/benchmarks.md, `bench.gpu_check`.
+What it checks and what it writes: docs/checks.md, `checks.gpu_check`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pipeline.ops.dvc_index import Stage, read_stages
 from pipeline.ops.overrides import merge_params, read_params
 
 REPO = Path(__file__).resolve().parents[1]
-# DVC's reading of dvc.yaml, written HERE by `bench/gpu_check.sh --prepare` (`write_stage_plan`):
+# DVC's reading of dvc.yaml, written HERE by `checks/gpu_check.sh --prepare` (`write_stage_plan`):
 # the GPU machine has no DVC. The check's overrides change no path, so the plan holds for them too.
 STAGE_PLAN = REPO / ".whl" / "stages.json"
 SKIP_STAGES = ("report",)  # figures for the README: not part of the check
@@ -102,7 +102,7 @@ def blocker_dir(work: Path) -> Path:
         "import sys\n\n\nclass Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         f"        if name.split('.')[0] in {BLOCKED!r}:\n"
-        "            raise ImportError(f'{name} is blocked by bench/gpu_check.py --cpu-dry-run')\n\n\n"
+        "            raise ImportError(f'{name} is blocked by checks/gpu_check.py --cpu-dry-run')\n\n\n"
         "sys.meta_path.insert(0, Block())\n"
     )
     return folder
@@ -180,7 +180,7 @@ def scratch_copy(work: Path, stages: dict[str, Stage]) -> None:
     if work.exists():
         shutil.rmtree(work)
     written = {p for s in stages.values() for p in s.writes}
-    names = {"pipeline", "stages", "bench"} | {p for s in stages.values() for p in s.deps} - written
+    names = {"pipeline", "stages"} | {p for s in stages.values() for p in s.deps} - written
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in sorted(names):
         src, dest = REPO / name, work / name
@@ -339,7 +339,7 @@ def main(argv: list[str]) -> int:
     deadline = Deadline(args.budget_minutes)
     params, over = check_params(args)
     report = {
-        "check": shlex.join(["bench/gpu_check.sh", *argv]),
+        "check": shlex.join(["checks/gpu_check.sh", *argv]),
         "mode": "cpu-dry-run" if args.cpu_dry_run else "gpu",
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         **environment(),

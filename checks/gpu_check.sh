@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check: the CUDA tests, then the DAG's stages on Multi30k with a cut training
-# budget, written up in reports/gpu.json (bench/gpu_check.py does the work; this script sets up).
+# budget, written up in reports/gpu.json (checks/gpu_check.py does the work; this script sets up).
 #
-#   bench/gpu_check.sh --prepare          HERE, with PyPI: the wheels the GPU machine lacks into .whl/,
+#   checks/gpu_check.sh --prepare          HERE, with PyPI: the wheels the GPU machine lacks into .whl/,
 #                                         DVC's reading of dvc.yaml into .whl/stages.json, the
 #                                         Multi30k EN/DE files into .m30k/ (both git-ignored)
-#   bench/gpu_check.sh [ARGS]             ON THE GPU MACHINE (no registry): installs .whl/*.whl into
-#                                         /tmp/site, then `python3 -m bench.gpu_check ARGS`
-#   bench/gpu_check.sh --cpu-dry-run      on a CPU: the same plumbing on tiny data, nothing installed
+#   checks/gpu_check.sh [ARGS]             ON THE GPU MACHINE (no registry): installs .whl/*.whl into
+#                                         /tmp/site, then `python3 -m checks.gpu_check ARGS`
+#   checks/gpu_check.sh --cpu-dry-run      on a CPU: the same plumbing on tiny data, nothing installed
 #
-# ARGS go to bench/gpu_check.py (`--help` there): --train-minutes, --out, --workdir, ...
+# ARGS go to checks/gpu_check.py (`--help` there): --train-minutes, --out, --workdir, ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +40,7 @@ prepare() {
   for split in train val test_2016_flickr test_2017_flickr; do
     cp "$MIRROR_SRC/$split.en.gz" "$MIRROR_SRC/$split.de.gz" .m30k/
   done
-  python3 -c 'from bench.gpu_check import write_stage_plan; write_stage_plan()'  # needs DVC: here only
+  python3 -c 'from checks.gpu_check import write_stage_plan; write_stage_plan()'  # needs DVC: here only
   du -sh .whl .m30k
 }
 
@@ -49,7 +49,7 @@ case "${1:-}" in
     prepare
     ;;
   --cpu-dry-run)
-    exec python3 -m bench.gpu_check "$@"
+    exec python3 -m checks.gpu_check "$@"
     ;;
   *)
     if compgen -G ".whl/*.whl" >/dev/null; then
@@ -57,6 +57,6 @@ case "${1:-}" in
         --target /tmp/site .whl/*.whl
       export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
     fi
-    exec python3 -m bench.gpu_check "$@"
+    exec python3 -m checks.gpu_check "$@"
     ;;
 esac

@@ -1,7 +1,7 @@
 """Re-tune the length penalty of a recorded study candidate on val, without retraining:
-`python -m pipeline.ops.length_penalty NAME [--alphas ...]` decodes val with each GNMT α (Wu et al.
+`python -m study.length_penalty NAME [--alphas ...]` decodes val with each GNMT α (Wu et al.
 2016, section 7) and steps up to a larger α only when paired bootstrap says it is better
-(docs/results.md, "Re-tuning the length penalty").
+(docs/study.md, "Re-tuning the length penalty").
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from pipeline.core.metrics import bleu_and_length_ratio, bleu_lc_tok
 from pipeline.core.params_file import load_params
 from pipeline.data.multi30k import load_corpus
 from pipeline.data.tokenizer import model_file
-from pipeline.ops import experiments as ex
 from pipeline.ops.promotion import paired_bootstrap
 from pipeline.serving.translator import load_translator, translate_lines
+from study.rows import RECORD, read_record, recorded, write_record
+from study.tables import TABLE, render
 
 ALPHAS = (1.0, 1.2, 1.4, 1.6, 1.8)
 
@@ -91,10 +92,10 @@ def sweep(name: str, alphas: list[float]) -> dict:
     Raises:
         PipelineError: `name` is not recorded, or its files cannot be read.
     """
-    rows = ex.read_record()
-    row = ex.recorded(rows, name)
+    rows = read_record()
+    row = recorded(rows, name)
     if row is None:
-        raise PipelineError(f"{ex.RECORD}: no candidate {name!r} (record it first)")
+        raise PipelineError(f"{RECORD}: no candidate {name!r} (record it first)")
     params = load_params()
     lang = params.download.tgt_lang
     val = load_corpus(params.download.out_dir)["val"]
@@ -113,16 +114,14 @@ def sweep(name: str, alphas: list[float]) -> dict:
             print(f"length_penalty: {name}: alpha {a} decoded")
     figures = step_up(hyps, val[lang], lang, params.promotion.p_threshold, params.promotion.n_samples)
     row["length_penalty"] = figures | {"beam_size": cfg.beam_size}
-    ex.write_record(rows)
-    ex.render(rows)
+    write_record(rows)
+    render(rows)
     return row["length_penalty"]
 
 
 def cli(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m pipeline.ops.length_penalty", description=__doc__.split(":\n")[0]
-    )
-    p.add_argument("name", help="a recorded candidate (python -m pipeline.ops.experiments record NAME)")
+    p = argparse.ArgumentParser(prog="python -m study.length_penalty", description=__doc__.split(":\n")[0])
+    p.add_argument("name", help="a recorded candidate (python -m study.record NAME)")
     p.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="comma-separated GNMT alphas (>= 0)")
     args = p.parse_args(argv)
     try:
@@ -137,7 +136,7 @@ def cli(argv: list[str]) -> None:
             f"alpha {a}: val BLEU {fig['bleu'][i]} lc-tok {fig['bleu_lc_tok'][i]} "
             f"length ratio {fig['length_ratio'][i]} p vs the choice below {fig['p_vs_choice'][i]}"
         )
-    print(f"length_penalty: {args.name}: chosen alpha {fig['chosen']} -> {ex.RECORD}, {ex.TABLE}")
+    print(f"length_penalty: {args.name}: chosen alpha {fig['chosen']} -> {RECORD}, {TABLE}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Screenshots of the screens users work in, after a smoke run: not part of the test suite.
+"""Screenshots of the screens users work in, after a smoke run.
 
-    python tests/screens.py [--out screens] [--work DIR [--reuse]]
+    python tools/screens.py [--out screens] [--work DIR [--reuse]]
 
 In a scratch copy of the repository with `tests/smoke_params.yaml` (the whole DAG on ~500 pairs),
 tracked into its own MLflow database and Prefect home: `dvc repro`, then two flow runs
@@ -28,7 +28,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from test_smoke_dag import MIRROR, dag_env, repo_copy, write_params
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the smoke run's set-up
+from test_smoke_dag import MIRROR, dag_env, repo_copy, write_params  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "chromium"
 NEW_PAIRS = [
@@ -204,7 +205,7 @@ def main() -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     shown = mlflow_screens(work, env, out) + prefect_screens(work, env, out) + plots_screen(work, env, out)
-    lines = ["# Screens", "", f"From `python tests/screens.py` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    lines = ["# Screens", "", f"From `python tools/screens.py` on {time.strftime('%Y-%m-%d %H:%M')}.", ""]
     (out / "screens.md").write_text("\n".join(lines + [f"- `{png}`: {what}" for png, what in shown]) + "\n")
     print(f"{len(shown)} screenshots in {out} (scratch run in {root})")
 

@@ -1,4 +1,4 @@
-"""Re-tuning the length penalty of a recorded candidate (pipeline/ops/length_penalty.py): the
+"""Re-tuning the length penalty of a recorded candidate (study/length_penalty.py): the
 step-up rule, the record and table it writes, and its errors."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from markdown_tables import table_rows
 
 from pipeline.core.config import Params
 from pipeline.core.errors import PipelineError
-from pipeline.ops import experiments as ex
-from pipeline.ops import length_penalty as lp
+from study import length_penalty as lp
+from study import rows, tables
 
 REFS = [f"ein hund läuft über die grüne wiese nummer {i} ." for i in range(80)]
 POOR = [f"eine katze sitzt {i}" for i in range(80)]
@@ -62,15 +62,17 @@ def test_sweep_decodes_val_records_and_renders(tiny_translator_files, tmp_path, 
     }
     monkeypatch.setattr(lp, "load_corpus", lambda _: {"val": val})
     monkeypatch.setattr(lp, "experiment_model", lambda name, params, out: (files["ckpt"], files["spm"]))
-    ex.write_record([{"name": "cand", "commit": "c1", "params": {"decode.beam_size": 2}, "steps": 10}])
+    rows.write_record([{"name": "cand", "commit": "c1", "params": {"decode.beam_size": 2}, "steps": 10}])
     fig = lp.sweep("cand", [0.0, 1.0])
     assert fig["beam_size"] == 2 and fig["alphas"] == [0.0, 1.0] and fig["chosen"] in (0.0, 1.0)
-    stored = json.loads(ex.RECORD.read_text())
+    stored = json.loads(rows.RECORD.read_text())
     assert stored["length_penalty"] == fig
-    table = ex.TABLE.read_text()
-    rows = [row[:3] for row in table_rows(table)]
+    table = tables.TABLE.read_text()
+    lines = [line[:3] for line in table_rows(table)]
     assert (
-        "## Length penalty on val" in table and ("cand", "2", "0.0") in rows and ("cand", "2", "1.0") in rows
+        "## Length penalty on val" in table
+        and ("cand", "2", "0.0") in lines
+        and ("cand", "2", "1.0") in lines
     )
     with pytest.raises(PipelineError, match="no candidate 'other' \\(record it first\\)"):
         lp.sweep("other", [0.0, 1.0])
