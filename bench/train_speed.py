@@ -206,7 +206,10 @@ def bench_config(name: str, cfg: ModelConfig, batches: list[Batch], spec: RaceSp
     seconds = {n: [s for _, s in steps] for n, steps in race(lanes, spec.device).items()}
     dims = f"{name} (D{cfg.d_model} H{cfg.n_heads} L{cfg.n_layers} F{cfg.d_ff})"
     rows = [
-        detail_row(dims, r, seconds[r.name], seconds["ours"], batches, spec.untimed_steps) for r in runners
+        detail_row(
+            dims, r, seconds[r.name], ours=seconds["ours"], batches=batches, untimed=spec.untimed_steps
+        )
+        for r in runners
     ]
     timed = batches[spec.untimed_steps :]
     flops = [train_step_flops(cfg, spec.vocab, b.src_lens, b.tgt_lens) for b in timed]
@@ -216,11 +219,12 @@ def bench_config(name: str, cfg: ModelConfig, batches: list[Batch], spec: RaceSp
 
 
 def detail_row(
-    dims: str, r: Runner, seconds: list[float], ours: list[float], batches: list[Batch], untimed: int
+    dims: str, r: Runner, seconds: list[float], *, ours: list[float], batches: list[Batch], untimed: int
 ) -> dict:
-    """A runner's row from its step `seconds` on `batches` (the `untimed` first left out): tok/s, ms
-    per step, ours' speed over its own (`ours`: ours' step seconds); a compiled runner's row carries
-    `compile_s`, its first step minus its median."""
+    """A runner's row from its step `seconds` on `batches`, the `untimed` first left out.
+
+    Its tok/s, ms per step and ours' speed over its own (`ours`: ours' step seconds); a compiled
+    runner's row carries `compile_s`, its first step minus its median."""
     mine, ours, batches = seconds[untimed:], ours[untimed:], batches[untimed:]
     row = {
         "config": dims,

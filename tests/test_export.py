@@ -112,11 +112,12 @@ def test_export_refuses_to_replace_what_is_not_an_export(tok: Tokenizer, tmp_pat
     assert export.export_ctranslate2(model, tok, first) == first  # an earlier export is replaced
 
 
-def test_gnmt_best_ranks_by_our_length_penalty() -> None:
+def test_gnmt_ranking_is_our_length_penalty() -> None:
     short, long = ["a"], ["a", "b", "c", "d", "e", "f"]
     scores = [-2.0, -2.6]  # log-probs; CTranslate2's len ** RAW_SCORES barely moves them
-    assert export.gnmt_best([short, long], scores, alpha=0.0) == short  # raw log-prob: short wins
-    assert export.gnmt_best([short, long], scores, alpha=1.0) == long  # -2.0/1.17 < -2.6/2.0
+    best = lambda alpha: export.gnmt_ranked([short, long], scores, alpha)[0][0]  # noqa: E731
+    assert best(0.0) == short  # raw log-prob: short wins
+    assert best(1.0) == long  # -2.0/1.17 < -2.6/2.0
 
 
 def test_export_command_writes_a_model(tok: Tokenizer, spm_path: Path, tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from pipeline.data.incoming import (
     broken_links,
     ignored_entries,
     incoming_files,
+    iter_incoming,
     merge,
-    read_incoming,
     read_merged,
     write_merged,
 )
@@ -34,6 +34,11 @@ TEST = {"en": ["A car."], "de": ["Ein Auto."]}
 
 def pairs(columns: dict[str, list[str]]) -> list[tuple[str, str]]:
     return list(zip(columns["en"], columns["de"], strict=True))
+
+
+def read_incoming(path: Path, tgt: str = "de") -> list[tuple[str, str]]:
+    """Every pair of one incoming file, validated as the stage reads it."""
+    return list(iter_incoming(path, tgt))
 
 
 def test_french_pairs_round_trip_under_their_language_key(tmp_path: Path) -> None:

@@ -243,7 +243,7 @@ def test_run_params_are_the_train_data_and_tokenizer_settings_without_paths():
     assert not paths & {str(v) for v in logged.values()}
     assert logged["train.optim.peak_lr"] == 0.002 and logged["tokenizer.vocab_size"] == 8000
     assert logged["distill.teacher"] == () and logged["prepare.sampling_alpha"] is None
-    assert len(logged) == 3 + 3 + 3 + 3 + 3 + 9 + 17 + 2  # download ... train (+ model, optim, dist)
+    assert len(logged) == 3 + 3 + 3 + 3 + 3 + 9 + 18 + 2  # download ... train (+ model, optim, dist)
 
 
 def test_the_recipe_names_the_teachers_their_runs_and_subword_sampling():
@@ -406,7 +406,7 @@ def test_a_run_logs_each_shaping_param_once_and_no_warmup_or_paths(tracked_param
     tracker.finish()
     params = tracker.client.get_run(tracker.run_id).data.params
     assert params == {k: str(v) for k, v in train_run.run_params(tracked_params).items()}
-    assert len(params) == 43 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
+    assert len(params) == 44 and not [k for k in params if k.startswith(("warmup", "decode", "incoming"))]
     assert not [v for v in params.values() if "/" in v]  # no paths (the default incoming folder, ...)
 
 

@@ -128,6 +128,7 @@ class OptimConfig(Section):
     schedule: Literal["inverse_sqrt", "linear", "cosine"]  # pipeline.training.schedule
     warmup_steps: int = Field(gt=0, le=100_000_000)
     label_smoothing: float = Field(ge=0.0, lt=1.0)
+    rdrop_alpha: float = Field(ge=0.0, le=100.0)  # R-Drop's KL weight (pipeline.training.rdrop); 0: off
     clip_norm: float = Field(gt=0.0, le=1e6)
     max_steps: int = Field(gt=0, le=100_000_000)  # the budget: the same run on every machine
     max_minutes: float = Field(gt=0.0, le=60 * 24 * 365)  # a safety cap (wall clock, validation included)
@@ -334,7 +335,7 @@ class PrepareConfig(Section):
     # `sampling_alpha` (smaller: more varied); None = off, one best segmentation per pair.
     sampling_alpha: float | None = Field(gt=0.0, le=1.0)  # BPE-dropout reads it as a probability
     sampling_copies: int = Field(ge=1, le=1_000_000)  # the disk-space check is the real limit
-    sampling_seed: int = Field(ge=0, le=MAX_SEED)  # SentencePiece's sampler: the same copies every run
+    sampling_seed: int = Field(ge=0, le=MAX_SEED)  # SentencePiece's sampler (repeats within a process)
 
 
 class PromotionConfig(Section):

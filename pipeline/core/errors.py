@@ -58,7 +58,7 @@ def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
     except BrokenPipeError:
         if not stdout_pipe:
             raise
-        _silence_stdout()
+        silence_stdout()
         raise SystemExit(EXIT_SIGPIPE) from None
     except Stopped as exc:
         print(exc, file=sys.stderr)
@@ -67,9 +67,9 @@ def run_main(main: Callable[[], None], stdout_pipe: bool = False) -> None:
         raise SystemExit(EXIT_SIGINT) from None
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered
-    cannot fail a second time (Python's note on SIGPIPE in the `signal` docs)."""
+    cannot fail a second time (a closed pipe, a full disk; Python's note on SIGPIPE in `signal`)."""
     try:
         fd = sys.stdout.fileno()
     except (OSError, ValueError):  # not a real file (a test's capture): nothing will flush to a pipe

@@ -155,11 +155,6 @@ def iter_incoming(path: str | Path, tgt: str = "de") -> Iterator[Pair]:
         raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def read_incoming(path: str | Path, tgt: str = "de") -> list[Pair]:
-    """Every pair of one incoming file, validated (see `iter_incoming`)."""
-    return list(iter_incoming(path, tgt))
-
-
 def key(text: str) -> str:
     """The matching key of a sentence: NFKC-normalised, case-folded, whitespace runs collapsed.
 

@@ -170,8 +170,8 @@ class Tokenizer:
 
         Kudo 2018, section 3: all candidates, probabilities smoothed by `alpha`. A sample that decodes to
         other text than the best segmentation (an unknown piece across a user-defined symbol) is replaced by
-        the best. The same `seed` gives the same samples (SentencePiece seeds each batch call's sampler from
-        its global seed).
+        the best. The same `seed` repeats the samples within one process only: SentencePiece's sampler
+        gives other samples in another process.
         """
         spm.set_random_generator_seed(seed)
         sampled = self.sp.encode(

@@ -23,9 +23,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: f
     """Scaled dot-product attention, softmax(Q Kᵀ / √E) V (§3.2.1, eq. 1).
 
     On CUDA the fused kernel (`F.scaled_dot_product_attention`); on CPU the explicit math of
-    `attention_explicit`, because the fused CPU kernel with a boolean mask was measured slower
-    here (default model, one bf16 training step on real batches: 1131 ms fused vs 891 ms
-    explicit). tests/test_model.py checks that both give the same output.
+    `attention_explicit`, no slower there with a boolean mask (docs/training.md). tests/test_model.py
+    checks that both give the same output.
 
     Args:
         q: `[B, H, T, E]`; k, v: `[B, H, S, E]`.
@@ -63,9 +62,8 @@ def dropout(x: Tensor, p: float) -> Tensor:
     scale the rest by 1 / (1 - p). `p` = 0 returns `x` itself.
 
     The keep mask comes from 16-bit random integers (four per `torch.randint` int64), so `p` is
-    rounded to a multiple of 1/65536. Why: `torch.bernoulli_`, which `nn.Dropout` uses, was
-    measured at 18.7 ms for a `[2500, 1024]` bf16 tensor on this project's CPU, this mask at
-    about 2.7 ms; dropout masks were ~20% of a training step.
+    rounded to a multiple of 1/65536: several times faster on CPU than `torch.bernoulli_`, which
+    `nn.Dropout` uses (docs/training.md).
 
     Args: x any shape. Returns the same shape and dtype.
     """
@@ -107,11 +105,10 @@ def sinusoid_positions(positions: Tensor, d_model: int) -> Tensor:
 class KVCache:
     """Keys/values one attention reuses across calls, and optionally its attention weights.
 
-    Cross-attention: the memory's keys/values `[N, H, S, E]`, projected once per source sentence
-    and shared by every decoder row of that sentence (its beams). Self-attention: the keys/values
-    of the target positions seen so far `[R, H, t, E]` (None before the first call); each call
-    appends its own positions. `keep_weights`: store the last call's attention weights
-    `[R, H, T, keys]` in `weights`.
+    Cross-attention: the memory's keys/values `[N, H, S, E]`, projected once per source sentence and
+    shared by its decoder rows (beams). Self-attention: those of the target positions so far
+    `[R, H, t, E]` (None at first); each call appends its own. `keep_weights`: the last call's
+    attention weights `[R, H, T, keys]` go to `weights`.
     """
 
     k: Tensor | None = None
@@ -137,10 +134,9 @@ def ungroup_rows(x: Tensor, rows: int) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): H heads of size E = D / H, then an output projection.
 
-    Self-attention projects Q, K, V with one fused `[D, 3D]` matrix; cross-attention
-    projects Q from the decoder and K, V (one `[D, 2D]` matrix) from the encoder memory.
-    The incremental keys/values and the attention weights live in the `KVCache` given to
-    `forward` (as fairseq keeps them in its attention module's incremental state).
+    Self-attention projects Q, K, V with one `[D, 3D]` matrix; cross-attention projects Q from the
+    decoder and K, V (one `[D, 2D]` matrix) from the encoder memory. The incremental keys/values and
+    weights live in the `KVCache` given to `forward` (fairseq's incremental state).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool) -> None:
@@ -206,11 +202,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
         super().__init__()
-        self.w1, self.w2, self.dropout = (
-            nn.Linear(d_model, d_ff),
-            nn.Linear(d_ff, d_model),
-            Dropout(dropout),
-        )
+        self.w1, self.w2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(F.relu(self.w1(x))))
@@ -279,19 +271,17 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """The decoder's state over N source sentences and R = N*G decoder rows (G per sentence:
-    1 for training and greedy, the beam size in beam search): per-layer caches, the source
-    mask `[N, 1, 1, S]` and the index of the next target position."""
+    """The decoder's state over N source sentences and R = N*G decoder rows (G per sentence: 1 for
+    training and greedy, the beam size in beam search): per-layer caches, the source mask
+    `[N, 1, 1, S]` and the index of the next target position."""
 
     layers: list[LayerCache]
     src_mask: Tensor
     position: int = 0
 
     def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        """Keep/reorder the decoder rows `rows` `[R']` (e.g. beam reordering), in place.
-
-        With `sources` `[N']`, keep only those source sentences too (finished ones dropped). The memory
-        keys/values are never copied per row."""
+        """Keep/reorder the decoder rows `rows` `[R']` (e.g. beam reordering), in place; with `sources`
+        `[N']`, keep only those source sentences too. The memory keys/values are never copied per row."""
         if sources is not None:
             self.src_mask = self.src_mask[sources]
         for c in self.layers:
@@ -309,9 +299,8 @@ class Transformer(nn.Module):
         self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
         d = cfg.d_model
         self.src_embed = nn.Embedding(vocab_size, d, padding_idx=pad_id)
-        self.tgt_embed = (
-            self.src_embed if cfg.tie_embeddings else nn.Embedding(vocab_size, d, padding_idx=pad_id)
-        )
+        tied = cfg.tie_embeddings
+        self.tgt_embed = self.src_embed if tied else nn.Embedding(vocab_size, d, padding_idx=pad_id)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
         self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
@@ -392,13 +381,10 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """src `[B, S]`, tgt_in `[B, T]` -> logits `[B, T, V]`.
 
-        With `keep` (bool `[B, T]`), only the kept positions' logits `[N, V]`, N = keep.sum(), in
-        `keep.nonzero()` order (so the `[tokens, V]` projection and the loss skip pad positions; equals
-        `forward(src, tgt_in)[keep]`).
-
-        With `target` (`[N]` ids of the kept positions; needs `keep`), returns instead the summed
-        label-smoothed cross-entropy (scalar, nats) of those logits, computed without them
-        (`pipeline.model.linear_loss`); targets equal to `pad_id` add nothing.
+        With `keep` (bool `[B, T]`), only the kept positions' logits `[N, V]` (N = keep.sum(), in
+        `keep.nonzero()` order: `forward(src, tgt_in)[keep]`, so the projection skips pads). With
+        `target` (`[N]` ids; needs `keep`), the summed label-smoothed cross-entropy (scalar, nats)
+        instead, computed without the logits (`pipeline.model.linear_loss`); `pad_id` targets add 0.
         """
         x = self.decoder_states(tgt_in, self.init_cache(self.encode(src), src))
         x = x if keep is None else x[keep]

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from pipeline.core.config import DecodeConfig, Params
 from pipeline.core.device import pick_device
-from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
+from pipeline.core.errors import CheckpointError, ConfigError, PipelineError, silence_stdout
 from pipeline.core.git import repo_root
 from pipeline.core.params_file import FieldError, default_params, load_params, with_updates
 from pipeline.data.tokenizer import model_file
@@ -342,20 +342,8 @@ def write_line(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as err:
-        discard_stdout()
+        silence_stdout()
         raise PipelineError(f"standard output: cannot be written ({err.strerror or err})") from None
-
-
-def discard_stdout() -> None:
-    """Point stdout's file descriptor at /dev/null, so the interpreter's final flush of what is
-    still buffered cannot fail again."""
-    try:
-        fd = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a real file (a test's capture)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> None:

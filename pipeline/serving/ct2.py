@@ -200,11 +200,6 @@ def gnmt_ranked(
     return sorted(ranked, key=lambda pair: -pair[1])
 
 
-def gnmt_best(hypotheses: list[list[str]], scores: list[float], alpha: float) -> list[str]:
-    """The best of `gnmt_ranked`: its pieces."""
-    return gnmt_ranked(hypotheses, scores, alpha)[0][0]
-
-
 @dataclass
 class Ct2Engine:
     """A CTranslate2 export (a `ctranslate2.Translator`) and the tokenizer of its model, as an `Engine`."""

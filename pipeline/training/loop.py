@@ -31,6 +31,7 @@ from pipeline.training import checkpoint, shadow
 from pipeline.training.distributed import World
 from pipeline.training.ema import EMA
 from pipeline.training.progress import ConsoleProgress, Window
+from pipeline.training.rdrop import rdrop_loss
 from pipeline.training.schedule import learning_rate
 from pipeline.training.stopping import stop_at_step_boundary
 from pipeline.training.threads import ThreadsForLoad
@@ -203,9 +204,9 @@ def train_step(
     rate `lr`. Returns (loss per target token, target tokens), both summed over all ranks.
 
     The loss is label-smoothed cross-entropy, fused with the vocabulary projection
-    (`pipeline.model.linear_loss`). The summed loss of a micro-batch is scaled by world size / target
-    tokens of the whole step: DDP averages gradients over ranks, so the step follows the mean loss per
-    target token.
+    (`pipeline.model.linear_loss`), or with `cfg.rdrop_alpha` R-Drop's (`pipeline.training.rdrop`).
+    The summed loss of a micro-batch is scaled by world size / target tokens of the whole step: DDP
+    averages gradients over ranks, so the step follows the mean loss per target token.
     """
     net.train()
     optimizer.zero_grad(set_to_none=True)
@@ -214,8 +215,14 @@ def train_step(
     total = 0.0
     for src, tgt_in, tgt_out in batches:
         keep = tgt_out != pad_id  # [B, T]: the model projects only these positions onto the vocabulary
+        target, smoothing = tgt_out[keep], cfg.label_smoothing
         with autocast(run.device, run.bf16):
-            loss = net(src, tgt_in, keep, target=tgt_out[keep], label_smoothing=cfg.label_smoothing)
+            if cfg.rdrop_alpha:
+                loss = rdrop_loss(
+                    net, src, tgt_in, keep, target, label_smoothing=smoothing, alpha=cfg.rdrop_alpha
+                )
+            else:
+                loss = net(src, tgt_in, keep, target=target, label_smoothing=smoothing)
         (loss * run.world.size / n_tokens).backward()
         total += loss.item()
     for group in optimizer.param_groups:
@@ -290,9 +297,9 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
 
     The model, the training data, the optimizer/schedule/seed/batching fields of `cfg`
     (`OptimConfig.TRAJECTORY`), the precision and the number of processes. Not the budgets (max_steps,
-    max_minutes, patience), val_every, average_last, threads or the validation set. A warm-started run
-    adds its starting point (`init_from`: the champion's version and run), so a from-scratch `last.pt` is
-    never continued as a fine-tuning or the other way round; a from-scratch identity has no such key
+    max_minutes, patience), val_every, average_last, threads or the validation set. R-Drop adds its
+    `rdrop_alpha`, a warm-started run its starting point (`init_from`: the champion's version and run),
+    so a `last.pt` is never continued under the other; without them the identity has no such keys
     (earlier runs' `last.pt` stay continuable).
     """
     identity = {
@@ -303,6 +310,7 @@ def run_identity(model: Transformer, cfg: OptimConfig, run: RunContext) -> dict:
         "bf16": run.bf16,
         "processes": run.world.size,
     }
+    identity |= {"rdrop_alpha": cfg.rdrop_alpha} if cfg.rdrop_alpha else {}
     return identity | ({"init_from": run.init_from} if run.init_from else {})
 
 
