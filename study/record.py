@@ -1,6 +1,8 @@
 """Record a finished DVC experiment into the study: `python -m study.record NAME [--baseline BASE]
 [--note TEXT]` appends its line to `reports/experiments.jsonl`, keeps its val translations in
-`reports/study/` and regenerates `reports/experiments.md` (docs/study.md, "Recording a candidate").
+`reports/study/` and regenerates `reports/experiments.md`; `python -m study.record NAME --test` adds
+the workspace's test scores to a row chosen on val (docs/study.md, "Recording a candidate" and
+"Test sets for the chosen rows").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError, run_main
+from pipeline.core.git import git_commit
 from pipeline.core.io import write_text
 from pipeline.core.params_file import load_params
 from pipeline.data.multi30k import load_corpus
@@ -27,6 +30,8 @@ from study.rows import (
     find_experiment,
     git_file,
     read_record,
+    read_scores_json,
+    read_test_scores,
     recorded,
     write_record,
 )
@@ -79,6 +84,50 @@ def record(name: str, baseline: str | None, note: str | None) -> dict:
     return row
 
 
+def tenth(value: float | None) -> float | None:
+    """`value` to 0.1, as the score stage writes it (None stays None)."""
+    return None if value is None else round(value, 1)
+
+
+def check_same_model(row: dict, scores_dir: Path) -> None:
+    """Check that `<scores_dir>/val.json` gives `row`'s recorded val BLEU and lc-tok (to 0.1), so
+    test scores read beside it are of the row's model.
+
+    Raises:
+        PipelineError: the val scores are missing or differ (names the file).
+    """
+    path = scores_path(scores_dir, "val")
+    val = read_scores_json(path)
+    here = tuple(tenth(val.get(key)) for key in ("bleu", "bleu_lc_tok"))
+    want = tuple(tenth(row.get(field)) for field in ("val_bleu", "val_bleu_lc_tok"))
+    if here != want:
+        raise PipelineError(
+            f"{path}: val BLEU / lc-tok {here[0]} / {here[1]}, but {row['name']!r} records "
+            f"{want[0]} / {want[1]}: these scores are of another model"
+        )
+
+
+def record_test(name: str, scores_dir: Path, source: str | None) -> dict:
+    """Add the test splits' scores in `scores_dir` to the recorded row `name` as its `test`, with
+    `test_source` (by default the files and the workspace's commit); returns the row.
+
+    Raises:
+        PipelineError: `name` is not recorded, or the scores are missing, broken or of another model.
+    """
+    rows = read_record()
+    row = recorded(rows, name)
+    if row is None:
+        raise PipelineError(f"{RECORD}: no row {name!r} (record it first: python -m study.record {name})")
+    check_same_model(row, scores_dir)
+    test = read_test_scores(scores_dir)
+    files = ", ".join(str(scores_path(scores_dir, split)) for split in test)
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    row |= {"test": test, "test_source": source or f"{files} at commit {git_commit()[:7]}, {today}"}
+    write_record(rows)
+    render(rows)
+    return row
+
+
 def cli(argv: list[str]) -> None:
     p = argparse.ArgumentParser(
         prog="python -m study.record", description="Record a finished DVC experiment into the study."
@@ -86,9 +135,22 @@ def cli(argv: list[str]) -> None:
     p.add_argument("name", help="the experiment's name (dvc exp run -n NAME)")
     p.add_argument("--baseline", help="a recorded candidate to test against (paired bootstrap on val)")
     p.add_argument("--note", help="one line on what the candidate tests")
+    p.add_argument(
+        "--test", action="store_true", help="add the test scores to the recorded row (a row chosen on val)"
+    )
+    p.add_argument("--scores-dir", type=Path, help="with --test: where they are (default: score.scores_dir)")
+    p.add_argument("--source", help="with --test: where they came from (default: the files and commit)")
     args = p.parse_args(argv)
-    row = record(args.name, args.baseline, args.note)
-    print(f"record: {row['name']} (val BLEU {row['val_bleu']}) -> {RECORD}, {TABLE}")
+    if args.test and (args.baseline or args.note):
+        p.error("--baseline and --note are for recording an experiment, not with --test")
+    if not args.test and (args.scores_dir or args.source):
+        p.error("--scores-dir and --source go with --test")
+    if not args.test:
+        row = record(args.name, args.baseline, args.note)
+        print(f"record: {row['name']} (val BLEU {row['val_bleu']}) -> {RECORD}, {TABLE}")
+        return
+    row = record_test(args.name, args.scores_dir or Path(load_params().score.scores_dir), args.source)
+    print(f"record: {row['name']} test scores {row['test']} -> {RECORD}, {TABLE}")
 
 
 if __name__ == "__main__":

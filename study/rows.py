@@ -1,5 +1,6 @@
-"""The study's record: one JSON line per candidate in `reports/experiments.jsonl` (val only), built
-from DVC's experiment records, and the recipe params that tell two candidates apart."""
+"""The study's record: one JSON line per candidate in `reports/experiments.jsonl` (val; test sets for
+the rows chosen on val), built from DVC's experiment records, and the recipe params that tell two
+candidates apart."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_text
 from pipeline.core.params_file import default_params, flatten
+from pipeline.data.translations import EVAL_SPLITS, scores_path
 
 RECORD = Path("reports/experiments.jsonl")
 HYPS_DIR = Path("reports/study")  # each recorded candidate's val translations
 SUMMARY_FIELDS = ("steps", "epochs", "minutes", "target_tokens")  # from `train.metrics_json`
 VAL_FIELDS = {"val_bleu": "bleu", "val_bleu_lc_tok": "bleu_lc_tok"}  # from the score stage's val.json
+TEST_SPLITS = tuple(s for s in EVAL_SPLITS if s != "val")
+TEST_FIELDS = ("bleu", "bleu_lc_tok", "chrf")  # per test split, from the score stage's <split>.json
 RECIPE_PREFIXES = (
     "train.model.",
     "train.optim.",
@@ -113,6 +117,45 @@ def entry(
         "bf16": facts.get("bf16"),
         "params": recipe(params),
     }
+    return out
+
+
+def read_scores_json(path: Path) -> dict:
+    """The score stage's `<split>.json` at `path` ({} for a split the target language lacks).
+
+    Raises:
+        PipelineError: the file is missing or not a JSON object of numbers (names the file).
+    """
+    if not path.is_file():
+        raise PipelineError(f"{path}: no scores (run the score stage)")
+    try:
+        scores = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        raise PipelineError(f"{path}: not JSON") from None
+    if not isinstance(scores, dict) or not all(isinstance(v, int | float) for v in scores.values()):
+        raise PipelineError(f"{path}: not a JSON object of scores")
+    return scores
+
+
+def read_test_scores(scores_dir: Path) -> dict[str, dict[str, float]]:
+    """`{split: {bleu, bleu_lc_tok, chrf}}` of each test split in `scores_dir` (the score stage's
+    `<split>.json`; a split the target language lacks is left out).
+
+    Raises:
+        PipelineError: a file is missing, broken or lacks a field (names file and field), or there
+            is no test split at all.
+    """
+    out = {}
+    for split in TEST_SPLITS:
+        path = scores_path(scores_dir, split)
+        scores = read_scores_json(path)
+        missing = [field for field in TEST_FIELDS if field not in scores]
+        if scores and missing:
+            raise PipelineError(f"{path}: no {missing[0]!r} field")
+        if scores:
+            out[split] = {field: scores[field] for field in TEST_FIELDS}
+    if not out:
+        raise PipelineError(f"{scores_dir}: every test split's scores are empty")
     return out
 
 

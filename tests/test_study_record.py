@@ -1,17 +1,21 @@
 """The study's record and page (study/rows.py, study/record.py, study/tables.py, study/curve.py):
-lines from DVC's experiment records, the paired test against a baseline, the generated tables."""
+lines from DVC's experiment records, the paired test against a baseline, test sets for the chosen
+rows, the generated tables, and the docs' test figures against the record."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from markdown_tables import table_rows
+from test_docs import section_table
 
 from pipeline.core.errors import PipelineError
 from study import curve, record, rows, tables
 
 SUMMARY, VAL = "reports/train_summary.json", "reports/val.json"  # the metrics files a record reads
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def exp_data(dropout: float, val_bleu: float, max_minutes: float = 150) -> dict:
@@ -136,7 +140,98 @@ def test_compare_runs_the_paired_bootstrap_against_the_recorded_baseline(tmp_pat
 
 def test_the_committed_page_is_the_record_rendered(tmp_path):
     """reports/experiments.md is generated: it says what reports/experiments.jsonl holds."""
-    root = Path(__file__).resolve().parents[1]
-    tables.render(rows.read_record(root / rows.RECORD), tmp_path / "experiments.md", tmp_path / "curves.png")
+    tables.render(rows.read_record(ROOT / rows.RECORD), tmp_path / "experiments.md", tmp_path / "curves.png")
     page = (tmp_path / "experiments.md").read_text(encoding="utf-8")
-    assert page == (root / tables.TABLE).read_text(encoding="utf-8"), "run `python -m study.tables`"
+    assert page == (ROOT / tables.TABLE).read_text(encoding="utf-8"), "run `python -m study.tables`"
+
+
+def write_scores(
+    folder: Path, val: tuple[float, float], tests: dict[str, tuple[float, float, float]]
+) -> None:
+    """The score stage's json files: val.json (BLEU, lc-tok) and one `<split>.json` per test split."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "val.json").write_text(json.dumps({"bleu": val[0], "bleu_lc_tok": val[1], "chrf": 60.0}))
+    for split, (bleu, lc_tok, chrf) in tests.items():
+        (folder / f"{split}.json").write_text(json.dumps({"bleu": bleu, "chrf": chrf, "bleu_lc_tok": lc_tok}))
+
+
+def test_recording_test_scores_writes_them_into_that_row_and_the_page_shows_only_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    chosen = rows.entry("chosen", "c", "b", exp_data(0.3, 41.0), {}, summary_json=SUMMARY, val_json=VAL)
+    other = rows.entry("other", "o", "b", exp_data(0.1, 39.5), {}, summary_json=SUMMARY, val_json=VAL)
+    rows.write_record([chosen, other])
+    write_scores(
+        tmp_path / "scores",
+        (41.0, 41.3),
+        {"test_2016_flickr": (39.6, 40.2, 64.1), "test_2017_flickr": (31.2, 31.4, 59.0)},
+    )
+    record.record_test("chosen", tmp_path / "scores", None)
+    by_name = {r["name"]: r for r in rows.read_record()}
+    assert by_name["chosen"]["test"] == {
+        "test_2016_flickr": {"bleu": 39.6, "bleu_lc_tok": 40.2, "chrf": 64.1},
+        "test_2017_flickr": {"bleu": 31.2, "bleu_lc_tok": 31.4, "chrf": 59.0},
+    }
+    assert "scores/test_2016_flickr.json" in by_name["chosen"]["test_source"]
+    assert "test" not in by_name["other"] and "test_source" not in by_name["other"]
+    page = tables.TABLE.read_text(encoding="utf-8")
+    test_rows = section_table(page, "Test sets (the rows chosen on val)")
+    assert test_rows == [("chosen", "41.30", "39.60", "40.20", "64.10", "31.20", "31.40", "59.00")]
+    assert "reported for the rows chosen on val only" in page
+    assert tables.chosen_rows_table([other]) == ""  # no row with test figures: no test table
+
+
+def test_test_scores_of_another_model_or_broken_files_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rows.write_record(
+        [rows.entry("a", "c", "b", exp_data(0.3, 41.0), {}, summary_json=SUMMARY, val_json=VAL)]
+    )
+    write_scores(tmp_path / "s", (40.0, 40.3), {"test_2016_flickr": (1, 2, 3), "test_2017_flickr": (1, 2, 3)})
+    with pytest.raises(
+        PipelineError, match=r"val.json: val BLEU / lc-tok 40.0 / 40.3, but 'a' records 41.0 / 41.3"
+    ):
+        record.record_test("a", tmp_path / "s", None)
+    write_scores(tmp_path / "s", (41.0, 41.3), {})
+    (tmp_path / "s" / "test_2016_flickr.json").write_text('{"bleu": 39.0}')
+    with pytest.raises(PipelineError, match=r"s/test_2016_flickr.json: no 'bleu_lc_tok' field"):
+        record.record_test("a", tmp_path / "s", None)
+    with pytest.raises(PipelineError, match="no row 'nope'"):
+        record.record_test("nope", tmp_path / "s", None)
+    assert "test" not in rows.read_record()[0]
+
+
+def docs_test_mismatches(record_rows: dict[str, dict]) -> list[str]:
+    """Where the test figures that docs/results.md and the README quote for recorded rows differ from
+    the record's `test` (to 0.1): the distillation table, the quality table's lc-tok columns and the
+    README's recipe column."""
+    results, readme = (ROOT / "docs/results.md").read_text(), (ROOT / "README.md").read_text()
+    distill = record_rows["distill-ens2"]["test"]
+    wrong = [
+        f"results.md Distillation {split}: {tuple(cells[:3])}"
+        for split, *cells in section_table(results, "Distillation")
+        if split in distill
+        and tuple(cells[:3]) != tuple(f"{distill[split][f]:.1f}" for f in rows.TEST_FIELDS)
+    ]
+    for cells in section_table(results, "Quality per CPU hour"):
+        name = cells[0].split("`")[1]
+        test = record_rows.get(name, {}).get("test")
+        if test and tuple(cells[7:9]) != tuple(f"{test[s]['bleu_lc_tok']:.1f}" for s in rows.TEST_SPLITS):
+            wrong.append(f"results.md Quality per CPU hour {name}: {cells[7:9]}")
+    readme_column = {cells[0]: cells[2] for cells in section_table(readme, "Results")}
+    for split, s in distill.items():
+        want = f"{s['bleu']:.1f} / {s['bleu_lc_tok']:.1f} ({s['chrf']:.1f})"
+        if readme_column.get(f"{split} BLEU / lc-tok (chrF)") != want:
+            wrong.append(f"README recipe column {split}")
+    return wrong
+
+
+def test_the_docs_test_figures_for_the_chosen_rows_are_the_records():
+    record_rows = {r["name"]: r for r in rows.read_record(ROOT / rows.RECORD)}
+    assert record_rows["distill-ens2"]["test"].keys() == set(rows.TEST_SPLITS)
+    assert not docs_test_mismatches(record_rows), docs_test_mismatches(record_rows)
+    changed = json.loads(json.dumps(record_rows))
+    changed["distill-ens2"]["test"]["test_2017_flickr"]["bleu_lc_tok"] += 1
+    assert [w.split(":")[0] for w in docs_test_mismatches(changed)] == [
+        "results.md Distillation test_2017_flickr",
+        "results.md Quality per CPU hour distill-ens2",
+        "README recipe column test_2017_flickr",
+    ]
