@@ -4,13 +4,14 @@ sweeps. `python -m study.tables` regenerates it alone (docs/study.md)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from pipeline.core.errors import run_main
 from pipeline.core.io import write_text
 from pipeline.core.tables import markdown_table
 from study.curve import CURVE_FIGURE, curve_table, plot_curves
-from study.rows import TEST_FIELDS, TEST_SPLITS, changed, read_record
+from study.rows import RECORD, TEST_FIELDS, TEST_SPLITS, changed, read_record
 
 TABLE = Path("reports/experiments.md")
 COLUMNS = [
@@ -139,7 +140,11 @@ def render(rows: list[dict], out: Path = TABLE, figure: Path = CURVE_FIGURE) -> 
     plot_curves(rows, figure)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m study.tables",
+        description=f"Rewrite {TABLE} and its figure from {RECORD} (run after editing the record by hand).",
+    ).parse_args(argv)
     rows = read_record()
     render(rows)
     print(f"tables: {len(rows)} candidates -> {TABLE}")

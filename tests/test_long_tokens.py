@@ -66,7 +66,7 @@ def test_the_words_around_a_long_word_are_translated(engine: TorchEngine, monkey
 
 MEASURE = """
 import resource, sys, torch
-from pipeline.core.config import default_params, with_updates
+from pipeline.core.params_file import default_params, with_updates
 from pipeline.serving.translator import load_translator, translate_lines
 torch.set_num_threads(1)
 engine = load_translator(sys.argv[1], sys.argv[2])
