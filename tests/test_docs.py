@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from functools import cache
 from itertools import takewhile
 from pathlib import Path
 
@@ -86,14 +87,16 @@ def python_modules(text: str) -> list[str]:
     return PYTHON_M.findall(text)
 
 
-def dvc_outputs(root: Path = ROOT) -> set[str]:
-    """The paths every stage of the default pipeline and the recipes writes, as DVC reads them."""
-    return {
+@cache
+def dvc_outputs(root: Path = ROOT) -> frozenset[str]:
+    """The paths every stage of the default pipeline and the recipes writes, as DVC reads them (read
+    once: DVC's index takes a second)."""
+    return frozenset(
         path.rstrip("/")
         for pipeline in PIPELINES
         for stage in read_stages(root, pipeline).values()
         for path in stage.writes
-    }
+    )
 
 
 def missing_paths(paths: list[str], outputs: set[str], root: Path = ROOT) -> list[str]:
