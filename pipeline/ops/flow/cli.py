@@ -13,6 +13,7 @@ from pipeline.core.params_file import load_params
 from pipeline.core.signals import sigterm_raises
 from pipeline.ops.flow.dvc_calls import check_idle
 from pipeline.ops.flow.summary import check_incoming_links
+from pipeline.tracking.store import check_store
 
 REPO = Path(__file__).resolve().parents[3]
 LOCK_FILE = ".dvc/tmp/flow.lock"  # in the repository (Git-ignored): held by the `run` in progress
@@ -50,31 +51,19 @@ def run_once(*, force: bool, recheck_data: bool) -> None:
         PipelineError: a run is already in progress in this checkout (`run_lock`).
         ConfigError: params.yaml is invalid (`load_params`), found before Prefect or DVC reads it.
         DataError: a broken link in the incoming folder, found before Prefect starts.
-        PipelineError: the tracking database is corrupt (`check_tracking`), found before Prefect starts.
+        PipelineError: the tracking database is corrupt (`check_store`), found before Prefect starts.
         DvcBusy: another DVC process holds a lock of this checkout (`check_idle`).
         Stopped: SIGTERM; the stage and Prefect's temporary server end with the flow.
     """
     with sigterm_raises(STOPPED), run_lock(REPO):
-        load_params(REPO / "params.yaml")  # DVC would expand a YAML alias bomb for minutes
+        params = load_params(REPO / "params.yaml")  # DVC would expand a YAML alias bomb for minutes
         check_incoming_links(REPO)
-        check_tracking(REPO)
+        if params.mlflow.enabled:  # a corrupt database stops the flow here, not at the promotion
+            check_store()
         check_idle(REPO)  # a `dvc exp run` beside the flow: one line, before Prefect starts
         from pipeline.ops.flow import tasks
 
         print(tasks.pipeline_flow(repo=str(REPO), force=force, recheck_data=recheck_data))
-
-
-def check_tracking(repo: Path = REPO) -> None:
-    """The tracking store checked (`pipeline.tracking.store.check_store`) when `repo`'s params.yaml
-    tracks runs, so a corrupt database stops the flow before its stages, not at the promotion.
-
-    Raises:
-        PipelineError: params.yaml is invalid, or the tracking store cannot be used.
-    """
-    from pipeline.tracking.store import check_store
-
-    if load_params(Path(repo) / "params.yaml").mlflow.enabled:
-        check_store()
 
 
 def rollback_champion(repo: Path = REPO) -> str:
