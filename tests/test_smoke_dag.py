@@ -334,19 +334,30 @@ def repro_recipe(work: Path, env: dict) -> str:
     return done.stdout
 
 
+def set_recipe_knobs(work: Path, **knobs) -> None:
+    path = work / "recipes/distill/params.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(path.read_text()) | knobs))
+
+
 def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
     """`dvc repro recipes/distill/dvc.yaml` over the built default pipeline: the teacher stage, the
-    teachers' translations, the student, its scores; a second run runs nothing; a decoding change
-    makes the translations and what follows stale, never a teacher or the default model."""
+    teachers' translations, the student, its scores; a second run runs nothing; a larger student
+    budget makes only the student stale; a decoding change makes the translations and what follows
+    stale, never a teacher or the default model."""
     work, env, _ = smoke
     copy = tmp_path / "repo"
     shutil.copytree(work, copy, symlinks=True)
+    steps = yaml.safe_load((copy / "params.yaml").read_text())["train"]["optim"]["max_steps"]
+    set_recipe_knobs(copy, student_max_steps=steps)  # the smoke budget, not the recipe's
     ran = repro_recipe(copy, env)
     assert "Running stage 'recipes/distill/dvc.yaml:teacher@3'" in ran and "Running stage 'train'" not in ran
     facts = json.loads((copy / "reports/distill/distill.json").read_text())
     assert list(facts["teacher"]) == ["models/transformer/model.pt", "models/teachers/seed3/model.pt"]
     assert facts["pairs_out"] > facts["pairs_in"] and (copy / "reports/distill/val.json").is_file()
     assert "Running stage" not in repro_recipe(copy, env)
+    set_recipe_knobs(copy, student_max_steps=steps + 20)
+    assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:student"}
+    set_recipe_knobs(copy, student_max_steps=steps)
 
     params = yaml.safe_load((copy / "params.yaml").read_text())
     params["decode"]["length_penalty"] = 1.0
