@@ -24,11 +24,13 @@ from pipeline.ops.promotion import paired_bootstrap
 from study.curve import val_curve
 from study.rows import (
     HYPS_DIR,
+    PIPELINE_STAGES,
     RECORD,
     entry,
     exp_show,
     find_experiment,
     git_file,
+    lock_overrides,
     read_record,
     read_scores_json,
     read_test_scores,
@@ -51,21 +53,29 @@ def compare(hyps: list[str], baseline: str, lang: str, refs: list[str]) -> dict:
     return {"baseline": baseline, "p_vs_baseline": round(cmp.p_value, 4)}
 
 
-def record(name: str, baseline: str | None, note: str | None) -> dict:
-    """Record experiment `name` (see the module docstring); returns its line.
+def record(name: str, baseline: str | None, note: str | None, pipeline: str = "dvc.yaml") -> dict:
+    """Record experiment `name` (see the module docstring) of the pipeline file `pipeline` (the
+    default's, or a recipe's: the row then holds what its stages' `-S` set, such as the student's
+    paths and budget); returns its line.
 
     Raises:
-        PipelineError: the experiment, its val translations or the baseline's are missing.
+        PipelineError: the experiment, its lock file's stages, its val translations or the
+            baseline's are missing.
     """
-    params = load_params()
-    lang = params.download.tgt_lang
     rev, base, data = find_experiment(exp_show(["--all-commits"]), name)
+    lock_file = str(Path(pipeline).with_suffix(".lock"))
+    overrides = lock_overrides(git_file(rev, lock_file), lock_file, PIPELINE_STAGES[pipeline])
+    params = load_params(overrides=overrides)
+    lang = params.download.tgt_lang
     facts = json.loads(git_file(rev, params.train.facts_json) or "{}")
     hyps = git_file(rev, str(translation_path(Path(params.decode.translations_dir), "val", lang)))
     if hyps is None:
         raise PipelineError(f"experiment {name!r} ({rev[:7]}): no val translations in its commit")
     val_json = str(scores_path(Path(params.score.scores_dir), "val"))
-    row = entry(name, rev, base, data, facts, summary_json=params.train.metrics_json, val_json=val_json) | {
+    summary_json = params.train.metrics_json
+    row = entry(
+        name, rev, base, data, facts, summary_json=summary_json, val_json=val_json, overrides=overrides
+    ) | {
         "val_curve": val_curve(git_file(rev, params.train.log_csv)),
         "recorded": datetime.now(UTC).strftime("%Y-%m-%d"),
         "recorded_on": platform.node(),
@@ -136,17 +146,23 @@ def cli(argv: list[str]) -> None:
     p.add_argument("--baseline", help="a recorded candidate to test against (paired bootstrap on val)")
     p.add_argument("--note", help="one line on what the candidate tests")
     p.add_argument(
+        "--pipeline",
+        choices=list(PIPELINE_STAGES),
+        default="dvc.yaml",
+        help="the pipeline file the experiment ran (default: dvc.yaml)",
+    )
+    p.add_argument(
         "--test", action="store_true", help="add the test scores to the recorded row (a row chosen on val)"
     )
     p.add_argument("--scores-dir", type=Path, help="with --test: where they are (default: score.scores_dir)")
     p.add_argument("--source", help="with --test: where they came from (default: the files and commit)")
     args = p.parse_args(argv)
-    if args.test and (args.baseline or args.note):
-        p.error("--baseline and --note are for recording an experiment, not with --test")
+    if args.test and (args.baseline or args.note or args.pipeline != "dvc.yaml"):
+        p.error("--baseline, --note and --pipeline are for recording an experiment, not with --test")
     if not args.test and (args.scores_dir or args.source):
         p.error("--scores-dir and --source go with --test")
     if not args.test:
-        row = record(args.name, args.baseline, args.note)
+        row = record(args.name, args.baseline, args.note, args.pipeline)
         print(f"record: {row['name']} (val BLEU {row['val_bleu']}) -> {RECORD}, {TABLE}")
         return
     row = record_test(args.name, args.scores_dir or Path(load_params().score.scores_dir), args.source)

@@ -5,8 +5,11 @@ candidates apart."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
+
+import yaml
 
 from pipeline.core.config import DecodeConfig
 from pipeline.core.errors import PipelineError
@@ -42,6 +45,31 @@ BOOKKEEPING = {  # recipe-prefixed params that cannot change the model
     "distill.facts_json",
     "prepare.out_dir",
 }
+
+
+# The stages whose commands made a recorded model and its scores, per pipeline file. A recipe runs
+# the stage scripts with its own paths, seeds and budgets set by `-S` (docs/recipes.md).
+PIPELINE_STAGES = {
+    "dvc.yaml": ("train", "decode", "score"),
+    "recipes/distill/dvc.yaml": ("student", "decode", "score"),
+}
+
+
+def lock_overrides(lock_text: str | None, lock_file: str, stages: tuple[str, ...]) -> list[str]:
+    """The `-S section.key=value` overrides in the commands `lock_file` (text `lock_text`) records
+    for `stages`, in stage order.
+
+    Raises:
+        PipelineError: the lock file is missing, or records no such stage (names both).
+    """
+    recorded_stages = (yaml.safe_load(lock_text or "") or {}).get("stages", {})
+    overrides = []
+    for stage in stages:
+        if stage not in recorded_stages:
+            raise PipelineError(f"{lock_file}: no stage {stage!r} in the experiment's commit")
+        words = shlex.split(recorded_stages[stage]["cmd"])
+        overrides += [value for flag, value in zip(words, words[1:], strict=False) if flag in ("-S", "--set")]
+    return overrides
 
 
 def exp_show(args: list[str]) -> list[dict]:
@@ -97,11 +125,23 @@ def changed(row: dict, baseline: dict | None) -> str:
 
 
 def entry(
-    name: str, rev: str, base: str, data: dict, facts: dict, *, summary_json: str, val_json: str
+    name: str,
+    rev: str,
+    base: str,
+    data: dict,
+    facts: dict,
+    *,
+    summary_json: str,
+    val_json: str,
+    overrides: list[str] = (),
 ) -> dict:
     """The record line of one finished experiment (`summary_json`: its `train.metrics_json`;
-    `val_json`: its val scores, `<score.scores_dir>/val.json`)."""
+    `val_json`: its val scores, `<score.scores_dir>/val.json`; `overrides`: the `section.key=value`
+    its stages' commands set over params.yaml, see `lock_overrides`)."""
     params = flatten(data.get("params", {}).get("params.yaml", {}).get("data", {}))
+    for text in overrides:
+        key, _, value = text.partition("=")
+        params[key] = yaml.safe_load(value)
     metrics = {file: flatten(m.get("data", {})) for file, m in data.get("metrics", {}).items()}
     summary, val = metrics.get(summary_json, {}), metrics.get(val_json, {})
     out = {"name": name, "commit": rev, "baseline_commit": base}

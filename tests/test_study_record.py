@@ -119,6 +119,52 @@ def test_the_tokens_at_which_a_curve_passes_each_level_and_its_figure(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
+STUDENT_LOCK = """
+schema: '2.0'
+stages:
+  student:
+    cmd: python -m stages.train -S prepare.out_dir=data/distill/train_ids -S "distill.teacher=[a.pt,b.pt]"
+      -S train.optim.max_steps=4800 -S train.metrics_json=reports/distill/train_summary.json
+      -S train.log_csv=reports/distill/train_log.csv -S train.facts_json=reports/distill/train_facts.json
+  decode:
+    cmd: python -m stages.decode -S decode.translations_dir=reports/distill/translations
+  score:
+    cmd: python -m stages.score --set score.scores_dir=reports/distill
+"""
+
+
+def test_a_recipe_experiment_is_recorded_with_what_its_stages_set(tmp_path, monkeypatch):
+    """A recipe's row: its metrics, log and translations from the paths its stages' `-S` set, and
+    the recipe params it trained with (the student's budget and teachers), not params.yaml's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    data = exp_data(0.1, 42.0)
+    data["metrics"] = {"reports/distill/" + Path(path).name: m for path, m in data["metrics"].items()}
+    commit = {
+        "recipes/distill/dvc.lock": STUDENT_LOCK,
+        "reports/distill/train_facts.json": json.dumps({"stopped_by": "max_steps", "cpu": "x"}),
+        "reports/distill/train_log.csv": "step,val_bleu\n400,21.5\n",
+        "reports/distill/translations/val.hyp.de": "ein hund .\n",
+    }
+    exps = [{"revs": [{"rev": "e1" * 20, "name": "student-4800", "data": data}]}]
+    monkeypatch.setattr(
+        record, "exp_show", lambda args: [{"rev": "b0" * 20, "data": {}, "experiments": exps}]
+    )
+    monkeypatch.setattr(record, "git_file", lambda rev, path: commit.get(path))
+    row = record.record("student-4800", None, "a longer student", "recipes/distill/dvc.yaml")
+    assert (row["val_bleu"], row["steps"], row["stopped_by"]) == (42.0, 3200, "max_steps")
+    assert row["params"]["train.optim.max_steps"] == 4800 and row["params"]["distill.teacher"] == [
+        "a.pt",
+        "b.pt",
+    ]
+    assert "prepare.out_dir" not in row["params"]  # a path, not the recipe
+    assert (tmp_path / "reports/study/student-4800.val.hyp.de").read_text() == "ein hund .\n"
+    assert row["val_curve"]["steps"] == [400]
+    commit["recipes/distill/dvc.lock"] = STUDENT_LOCK.replace("  score:", "  scored:")
+    with pytest.raises(PipelineError, match="recipes/distill/dvc.lock: no stage 'score'"):
+        record.record("student-4800", None, None, "recipes/distill/dvc.yaml")
+
+
 def test_a_broken_record_line_names_file_and_line(tmp_path):
     path = tmp_path / "experiments.jsonl"
     path.write_text('{"name": "a"}\nnot json\n')
