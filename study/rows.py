@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -133,7 +134,7 @@ def entry(
     *,
     summary_json: str,
     val_json: str,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
 ) -> dict:
     """The record line of one finished experiment (`summary_json`: its `train.metrics_json`;
     `val_json`: its val scores, `<score.scores_dir>/val.json`; `overrides`: the `section.key=value`
