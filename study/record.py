@@ -1,5 +1,6 @@
 """Record a finished DVC experiment into the study: `python -m study.record NAME [--baseline BASE]
-[--note TEXT]` appends its line to `reports/experiments.jsonl`, keeps its val translations in
+[--note TEXT] [--pipeline FILE]` appends its line to `reports/experiments.jsonl` (a recipe's
+experiment with `--pipeline recipes/<name>/dvc.yaml`), keeps its val translations in
 `reports/study/` and regenerates `reports/experiments.md`; `python -m study.record NAME --test` adds
 the workspace's test scores to a row chosen on val (docs/study.md, "Recording a candidate" and
 "Test sets for the chosen rows").

@@ -61,16 +61,39 @@ def lock_overrides(lock_text: str | None, lock_file: str, stages: tuple[str, ...
     for `stages`, in stage order.
 
     Raises:
-        PipelineError: the lock file is missing, or records no such stage (names both).
+        PipelineError: the lock file is missing, records no such stage, or a command cannot be
+            split into words (names the file and stage).
     """
-    recorded_stages = (yaml.safe_load(lock_text or "") or {}).get("stages", {})
+    if lock_text is None:
+        raise PipelineError(f"{lock_file}: not in the experiment's commit")
+    recorded_stages = (yaml.safe_load(lock_text) or {}).get("stages", {})
     overrides = []
     for stage in stages:
         if stage not in recorded_stages:
             raise PipelineError(f"{lock_file}: no stage {stage!r} in the experiment's commit")
-        words = shlex.split(recorded_stages[stage]["cmd"])
-        overrides += [value for flag, value in zip(words, words[1:], strict=False) if flag in ("-S", "--set")]
+        cmd = recorded_stages[stage]["cmd"]
+        try:
+            words = shlex.split(cmd if isinstance(cmd, str) else " ".join(cmd))
+        except ValueError as err:
+            raise PipelineError(
+                f"{lock_file}: stage {stage!r}: its command cannot be split ({err})"
+            ) from None
+        overrides += set_values(words)
     return overrides
+
+
+def set_values(words: list[str]) -> list[str]:
+    """The values of a command line's `-S`/`--set` options, in each form argparse takes
+    (`-S k=v`, `--set k=v`, `-Sk=v`, `--set=k=v`)."""
+    values = []
+    for flag, following in zip(words, [*words[1:], None], strict=True):
+        if flag in ("-S", "--set") and following is not None:
+            values.append(following)
+        elif flag.startswith("--set="):
+            values.append(flag.removeprefix("--set="))
+        elif flag.startswith("-S") and len(flag) > 2:
+            values.append(flag.removeprefix("-S"))
+    return values
 
 
 def exp_show(args: list[str]) -> list[dict]:

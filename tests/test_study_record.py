@@ -140,6 +140,7 @@ def test_a_recipe_experiment_is_recorded_with_what_its_stages_set(tmp_path, monk
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     data = exp_data(0.1, 42.0)
     data["metrics"] = {"reports/distill/" + Path(path).name: m for path, m in data["metrics"].items()}
+    data["metrics"]["reports/distill/train_summary.json"]["data"]["steps"] = 4800
     commit = {
         "recipes/distill/dvc.lock": STUDENT_LOCK,
         "reports/distill/train_facts.json": json.dumps({"stopped_by": "max_steps", "cpu": "x"}),
@@ -152,17 +153,28 @@ def test_a_recipe_experiment_is_recorded_with_what_its_stages_set(tmp_path, monk
     )
     monkeypatch.setattr(record, "git_file", lambda rev, path: commit.get(path))
     row = record.record("student-4800", None, "a longer student", "recipes/distill/dvc.yaml")
-    assert (row["val_bleu"], row["steps"], row["stopped_by"]) == (42.0, 3200, "max_steps")
+    assert (row["val_bleu"], row["steps"], row["stopped_by"]) == (42.0, 4800, "max_steps")
     assert row["params"]["train.optim.max_steps"] == 4800 and row["params"]["distill.teacher"] == [
         "a.pt",
         "b.pt",
     ]
-    assert "prepare.out_dir" not in row["params"]  # a path, not the recipe
     assert (tmp_path / "reports/study/student-4800.val.hyp.de").read_text() == "ein hund .\n"
     assert row["val_curve"]["steps"] == [400]
     commit["recipes/distill/dvc.lock"] = STUDENT_LOCK.replace("  score:", "  scored:")
     with pytest.raises(PipelineError, match="recipes/distill/dvc.lock: no stage 'score'"):
         record.record("student-4800", None, None, "recipes/distill/dvc.yaml")
+    del commit["recipes/distill/dvc.lock"]
+    with pytest.raises(PipelineError, match="recipes/distill/dvc.lock: not in the experiment's commit"):
+        record.record("student-4800", None, None, "recipes/distill/dvc.yaml")
+
+
+def test_every_form_of_a_set_option_is_read_and_a_broken_command_is_one_line():
+    words = ["python", "-m", "stages.train", "-S", "a.b=1", "--set", "c.d=x=y", "-Se.f=2", "--set=g.h=[1,2]"]
+    assert rows.set_values(words) == ["a.b=1", "c.d=x=y", "e.f=2", "g.h=[1,2]"]
+    assert rows.set_values(["python", "-S"]) == []
+    lock = "stages:\n  train:\n    cmd: python -m stages.train -S 'a.b=1\n"
+    with pytest.raises(PipelineError, match="dvc.lock: stage 'train': its command cannot be split"):
+        rows.lock_overrides(lock, "dvc.lock", ("train",))
 
 
 def test_a_broken_record_line_names_file_and_line(tmp_path):
