@@ -341,7 +341,8 @@ def set_recipe_knobs(work: Path, **knobs) -> None:
 
 def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
     """`dvc repro recipes/distill/dvc.yaml` over the built default pipeline: the teacher stage, the
-    teachers' translations, the student, its scores; a second run runs nothing; a larger student
+    teachers' translations, the student, its scores; a second run runs nothing, nor does a checkout
+    without the trainer's shadow copies (a fresh clone); a larger student
     budget makes only the student stale; a decoding change makes the translations and what follows
     stale, never a teacher or the default model."""
     work, env, _ = smoke
@@ -355,6 +356,11 @@ def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke
     assert list(facts["teacher"]) == ["models/transformer/model.pt", "models/teachers/seed3/model.pt"]
     assert facts["pairs_out"] > facts["pairs_in"] and (copy / "reports/distill/val.json").is_file()
     assert "Running stage" not in repro_recipe(copy, env)
+    shadows = sorted(copy.glob("models/**/.*.resume"))  # the trainer's; a fresh clone has none
+    assert copy / "models/teachers/.seed3.resume" in shadows
+    for folder in shadows:
+        shutil.rmtree(folder)
+    assert stale_stages(copy, env, RECIPE) == set()
     set_recipe_knobs(copy, student_max_steps=steps + 20)
     assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:student"}
     set_recipe_knobs(copy, student_max_steps=steps)
