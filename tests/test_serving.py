@@ -97,6 +97,7 @@ def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
     import mlflow
     import torch
 
+    from pipeline.core.errors import ConfigError
     from pipeline.model.ensemble import Ensemble
     from pipeline.serving.pyfunc import log_translator
     from pipeline.serving.translator import load_translator, translate_lines
@@ -108,9 +109,8 @@ def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
     ckpt, spm = tiny_translator_files["ckpt"], tiny_translator_files["spm"]
     other = tmp_path / "other.pt"
     state = checkpoint.load(ckpt)
-    torch.manual_seed(0)
-    state["model"] = {
-        k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in state["model"].items()
+    state["model"] = {  # another model (scaled: tied weights stay tied)
+        k: v * 1.05 if v.is_floating_point() else v for k, v in state["model"].items()
     }
     checkpoint.save(other, state)
     decode = from_params(DecodeConfig, beam_size=2, max_len_a=1.2, max_len_b=4)
@@ -119,11 +119,14 @@ def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
     model = mlflow.pyfunc.load_model(f"models:/ensemble-translator/{version}")
     engine = model.unwrap_python_model().engine
     assert isinstance(engine.model, Ensemble) and len(engine.model.members) == 2
+    for member, path in zip(engine.model.members, [ckpt, other], strict=True):  # each, in its place
+        weights = checkpoint.load(path)["model"]
+        assert all(torch.equal(v, weights[k]) for k, v in member.state_dict().items() if k in weights)
     lines = ["A man walks in the park.", "Two children play near 5 trees."]
     assert model.predict(lines) == translate_lines(
         load_translator(ckpt, spm, ensemble=[other]), lines, decode
     )
-    with pytest.raises(ValueError, match="cannot be logged with an ensemble"):
+    with pytest.raises(ConfigError, match="decode.ensemble: a CTranslate2 export decodes one model"):
         log_translator(run_id, ckpt, spm, decode.settings(), "x", ct2_dir=tmp_path, ensemble=[other])
 
 

@@ -18,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
 
 from pipeline.core.config import SearchConfig, ServeConfig
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.git import repo_root
 from pipeline.core.params_file import FieldError, default_params, with_updates
 from pipeline.data.tokenizer import SOURCE_WORDS
@@ -92,8 +92,10 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
     translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code).
     The model config is the `SearchConfig` fields plus `max_len` (the trained source maximum) and
     the request limits (`ServeConfig` fields: strings per request, characters per string). With
-    a `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the
-    config's `compute_type` (default int8) instead of our search."""
+    `ensemble_0`, `ensemble_1`, ... artifacts (`log_translator(..., ensemble=...)`) those checkpoints
+    decode together with `checkpoint` (`pipeline.model.ensemble`). With a `ct2` artifact
+    (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the config's `compute_type`
+    (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         config = dict(context.model_config or {})
@@ -300,10 +302,10 @@ def log_translator(
         The version.
 
     Raises:
-        ValueError: both `ct2_dir` and `ensemble` (CTranslate2 decodes one model).
+        ConfigError: both `ct2_dir` and `ensemble` (CTranslate2 decodes one model).
     """
     if ct2_dir is not None and ensemble:
-        raise ValueError("a CTranslate2 export decodes one model: it cannot be logged with an ensemble")
+        raise ConfigError("decode.ensemble: a CTranslate2 export decodes one model, not an ensemble")
     artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
     artifacts |= {ensemble_key(i): str(path) for i, path in enumerate(ensemble)}
     words = Path(spm_model).with_name(SOURCE_WORDS)
