@@ -70,8 +70,10 @@ def main(argv: Sequence[str] = ()) -> None:
             tracker.log_text(text, translation_artifact(split, tgt))
         config = {**cfg.settings(), "max_len": max_len, **params.serve.model_dump()}
         name = params.mlflow.model_name
-        version = log_translator(tracker.run_id, model, spm_model, config, name)
+        members = [Path(path) for path in cfg.ensemble]
+        version = log_translator(tracker.run_id, model, spm_model, config, name, ensemble=members)
         decoding = f"beam {cfg.beam_size}, length penalty {cfg.length_penalty}"
+        decoding += f", an ensemble with {', '.join(cfg.ensemble)}" if cfg.ensemble else ""
         describe_version(name, version, tracker.run_id, decoding)
         print(f"decode: MLflow model {name} v{version} (alias candidate), run {tracker.run_id}")
 

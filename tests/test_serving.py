@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from from_params import from_params, write_changed_params
 
+from pipeline.core.config import DecodeConfig
 from pipeline.serving.mlflow_server import post, served
 
 NAME = "tiny-translator"
@@ -87,6 +88,46 @@ def test_a_registered_model_is_served_from_a_copy_of_its_own(logged, monkeypatch
     assert (folder / "MLmodel").is_file() and (folder / "registered_model_meta").is_file()
     assert not folder.is_relative_to(artifacts) and not list(artifacts.rglob("registered_model_meta"))
     assert local_copy(str(folder)) == str(folder)
+
+
+def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
+    logged, tiny_translator_files, tmp_path, monkeypatch
+) -> None:
+    """The registered model is what the decode stage scored: with `decode.ensemble`, every member."""
+    import mlflow
+    import torch
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.model.ensemble import Ensemble
+    from pipeline.serving.pyfunc import log_translator
+    from pipeline.serving.translator import load_translator, translate_lines
+    from pipeline.tracking import store
+    from pipeline.training import checkpoint
+
+    _, uri = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    ckpt, spm = tiny_translator_files["ckpt"], tiny_translator_files["spm"]
+    other = tmp_path / "other.pt"
+    state = checkpoint.load(ckpt)
+    state["model"] = {  # another model (scaled: tied weights stay tied)
+        k: v * 1.05 if v.is_floating_point() else v for k, v in state["model"].items()
+    }
+    checkpoint.save(other, state)
+    decode = from_params(DecodeConfig, beam_size=2, max_len_a=1.2, max_len_b=4)
+    run_id = store.client().create_run(store.experiment_id("serving")).info.run_id
+    version = log_translator(run_id, ckpt, spm, decode.settings(), "ensemble-translator", ensemble=[other])
+    model = mlflow.pyfunc.load_model(f"models:/ensemble-translator/{version}")
+    engine = model.unwrap_python_model().engine
+    assert isinstance(engine.model, Ensemble) and len(engine.model.members) == 2
+    for member, path in zip(engine.model.members, [ckpt, other], strict=True):  # each, in its place
+        weights = checkpoint.load(path)["model"]
+        assert all(torch.equal(v, weights[k]) for k, v in member.state_dict().items() if k in weights)
+    lines = ["A man walks in the park.", "Two children play near 5 trees."]
+    assert model.predict(lines) == translate_lines(
+        load_translator(ckpt, spm, ensemble=[other]), lines, decode
+    )
+    with pytest.raises(ConfigError, match="decode.ensemble: a CTranslate2 export decodes one model"):
+        log_translator(run_id, ckpt, spm, decode.settings(), "x", ct2_dir=tmp_path, ensemble=[other])
 
 
 @pytest.fixture(scope="module")

@@ -342,9 +342,9 @@ def set_recipe_knobs(work: Path, **knobs) -> None:
 def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
     """`dvc repro recipes/distill/dvc.yaml` over the built default pipeline: the teacher stage, the
     teachers' translations, the student, its scores; a second run runs nothing, nor does a checkout
-    without the trainer's shadow copies (a fresh clone); a larger student
-    budget makes only the student stale; a decoding change makes the translations and what follows
-    stale, never a teacher or the default model."""
+    without the trainer's shadow copies (a fresh clone); a larger student budget makes only the
+    student stale, an ensemble at decode only the decode; a decoding change makes the translations
+    and what follows stale, never a teacher or the default model."""
     work, env, _ = smoke
     copy = tmp_path / "repo"
     shutil.copytree(work, copy, symlinks=True)
@@ -363,7 +363,9 @@ def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke
     assert stale_stages(copy, env, RECIPE) == set()
     set_recipe_knobs(copy, student_max_steps=steps + 20)
     assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:student"}
-    set_recipe_knobs(copy, student_max_steps=steps)
+    set_recipe_knobs(copy, student_max_steps=steps, decode_ensemble="models/transformer/model.pt")
+    assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:decode"}
+    set_recipe_knobs(copy, decode_ensemble="")
 
     params = yaml.safe_load((copy / "params.yaml").read_text())
     params["decode"]["length_penalty"] = 1.0

@@ -1,12 +1,14 @@
 """The final model as an MLflow pyfunc that translates raw English strings (artifacts: the checkpoint,
-the SentencePiece model with its source words, optionally a CTranslate2 export; the `pipeline`
-package as code), and its registration (docs/tracking-and-serving.md).
+the SentencePiece model with its source words, optionally an ensemble's other checkpoints or a
+CTranslate2 export; the `pipeline` package as code), and its registration
+(docs/tracking-and-serving.md).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import DEADLINE_EXCEEDED, INVALID_PARAMETER_VALUE
 
 from pipeline.core.config import SearchConfig, ServeConfig
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.git import repo_root
 from pipeline.core.params_file import FieldError, default_params, with_updates
 from pipeline.data.tokenizer import SOURCE_WORDS
@@ -90,8 +92,10 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
     translates through `pipeline.serving.translator` (the decode stage's and `mt-translate`'s code).
     The model config is the `SearchConfig` fields plus `max_len` (the trained source maximum) and
     the request limits (`ServeConfig` fields: strings per request, characters per string). With
-    a `ct2` artifact (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the
-    config's `compute_type` (default int8) instead of our search."""
+    `ensemble_0`, `ensemble_1`, ... artifacts (`log_translator(..., ensemble=...)`) those checkpoints
+    decode together with `checkpoint` (`pipeline.model.ensemble`). With a `ct2` artifact
+    (`log_translator(..., ct2_dir=...)`) it decodes with CTranslate2 at the config's `compute_type`
+    (default int8) instead of our search."""
 
     def load_context(self, context) -> None:
         config = dict(context.model_config or {})
@@ -101,12 +105,12 @@ class TranslatorPyfunc(mlflow.pyfunc.PythonModel):
             defaults.serve, {k: config.pop(k) for k in ServeConfig.model_fields if k in config}
         )
         compute_type = config.pop("compute_type", "int8")
-        if "ct2" in context.artifacts:  # a CTranslate2 export logged beside the checkpoint
-            self.engine = load_ct2_translator(
-                context.artifacts["ct2"], context.artifacts["spm"], compute_type
-            )
+        artifacts = context.artifacts
+        if "ct2" in artifacts:  # a CTranslate2 export logged beside the checkpoint
+            self.engine = load_ct2_translator(artifacts["ct2"], artifacts["spm"], compute_type)
         else:
-            self.engine = load_translator(context.artifacts["checkpoint"], context.artifacts["spm"])
+            members = ensemble_members(artifacts)
+            self.engine = load_translator(artifacts["checkpoint"], artifacts["spm"], ensemble=members)
         self.cfg = with_updates(defaults.decode.search(), config)
 
     def predict(self, model_input: list[str], params: dict[str, Any] | None = None) -> list[Any]:
@@ -264,6 +268,19 @@ def signature_example(decode_cfg: dict) -> tuple[list[str], dict[str, Any]]:
     }
 
 
+def ensemble_key(index: int) -> str:
+    """The artifact name of the ensemble's `index`-th extra checkpoint (0-based)."""
+    return f"ensemble_{index}"
+
+
+def ensemble_members(artifacts: dict[str, str]) -> list[str]:
+    """The ensemble's extra checkpoints among a logged model's `artifacts`, in logged order."""
+    members = []
+    while ensemble_key(len(members)) in artifacts:
+        members.append(artifacts[ensemble_key(len(members))])
+    return members
+
+
 def log_translator(
     run_id: str,
     checkpoint: Path,
@@ -272,17 +289,25 @@ def log_translator(
     model_name: str,
     *,
     ct2_dir: Path | None = None,
+    ensemble: Sequence[Path] = (),
 ) -> str:
     """Log the translator pyfunc to run `run_id` and register it as a new version of `model_name`.
 
     The `candidate` alias (with `ct2_dir`: the `ctranslate2` alias) is pointed at the new version.
     `decode_cfg`: `SearchConfig` fields, optionally plus `max_len`, `compute_type` and the `ServeConfig`
-    fields (request limits; the shipped params.yaml's without them); `ct2_dir`: a CTranslate2 export to decode with.
+    fields (request limits; the shipped params.yaml's without them); `ct2_dir`: a CTranslate2 export to decode with;
+    `ensemble`: more checkpoints that decode together with `checkpoint` (`pipeline.model.ensemble`).
 
     Returns:
         The version.
+
+    Raises:
+        ConfigError: both `ct2_dir` and `ensemble` (CTranslate2 decodes one model).
     """
+    if ct2_dir is not None and ensemble:
+        raise ConfigError("decode.ensemble: a CTranslate2 export decodes one model, not an ensemble")
     artifacts = {"checkpoint": str(checkpoint), "spm": str(spm_model)}
+    artifacts |= {ensemble_key(i): str(path) for i, path in enumerate(ensemble)}
     words = Path(spm_model).with_name(SOURCE_WORDS)
     if words.is_file():  # logged beside spm.model, where Tokenizer.load finds it
         artifacts["source_words"] = str(words)
