@@ -339,12 +339,30 @@ def set_recipe_knobs(work: Path, **knobs) -> None:
     path.write_text(yaml.safe_dump(yaml.safe_load(path.read_text()) | knobs))
 
 
+def more_students(copy: Path, env: dict) -> None:
+    """A student seed trains one more student, beside the first, and decode ensembles the two."""
+    set_recipe_knobs(copy, student_seeds=[3], decode_ensemble="models/students/seed3/model.pt")
+    ran = repro_recipe(copy, env)
+    assert f"Running stage '{RECIPE}:student_seed@3'" in ran and f"Running stage '{RECIPE}:decode'" in ran
+    assert f"Running stage '{RECIPE}:student'" not in ran and f"Running stage '{RECIPE}:teacher@3'" not in ran
+    facts = json.loads((copy / "models/students/seed3/train_facts.json").read_text())
+    assert facts["optim"]["seed"] == 3
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    name = yaml.safe_load((copy / "params.yaml").read_text())["mlflow"]["model_name"]
+    version = mlflow.MlflowClient().get_model_version_by_alias(name, "candidate")
+    assert "an ensemble with models/students/seed3/model.pt" in version.description
+    set_recipe_knobs(copy, student_seeds=[], decode_ensemble="")
+
+
 def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
     """`dvc repro recipes/distill/dvc.yaml` over the built default pipeline: the teacher stage, the
     teachers' translations, the student, its scores; a second run runs nothing, nor does a checkout
     without the trainer's shadow copies (a fresh clone); a larger student budget makes only the
-    student stale, an ensemble at decode only the decode; a decoding change makes the translations
-    and what follows stale, never a teacher or the default model."""
+    student stale, an ensemble at decode only the decode; a student seed trains one more student
+    for that ensemble; a decoding change makes the translations and what follows stale, never a
+    teacher or the default model."""
     work, env, _ = smoke
     copy = tmp_path / "repo"
     shutil.copytree(work, copy, symlinks=True)
@@ -366,6 +384,7 @@ def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke
     set_recipe_knobs(copy, student_max_steps=steps, decode_ensemble="models/transformer/model.pt")
     assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:decode"}
     set_recipe_knobs(copy, decode_ensemble="")
+    more_students(copy, env)
 
     params = yaml.safe_load((copy / "params.yaml").read_text())
     params["decode"]["length_penalty"] = 1.0
