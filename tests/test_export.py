@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from from_params import from_params
 
 from pipeline.core.config import DecodeConfig, ModelConfig, TokenizerConfig
@@ -130,3 +131,26 @@ def test_export_command_writes_a_model(tok: Tokenizer, spm_path: Path, tmp_path:
     )
     cfg = from_params(DecodeConfig, beam_size=1, max_len_a=1.0, max_len_b=4)
     assert export.ct2_translate(out, tok, SENTENCES, cfg) == translate(model, tok, SENTENCES, cfg)
+
+
+def test_register_refuses_an_ensemble_before_exporting(
+    spm_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    params = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    params["decode"]["ensemble"] = ["models/teachers/seed3/model.pt"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "ct2"
+    argv = [
+        "ctranslate2",
+        "--checkpoint",
+        "model.pt",
+        "--spm",
+        str(spm_path),
+        "--out",
+        str(out),
+        "--register",
+    ]
+    with pytest.raises(ConfigError, match="^decode.ensemble: --register logs one model"):
+        export_command.main(argv)
+    assert not out.exists()

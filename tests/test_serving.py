@@ -107,7 +107,8 @@ def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
     _, uri = logged
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     ckpt, spm = tiny_translator_files["ckpt"], tiny_translator_files["spm"]
-    other = tmp_path / "other.pt"
+    other = tmp_path / "other" / ckpt.name  # a recipe's members are all model.pt: the same name
+    other.parent.mkdir()
     state = checkpoint.load(ckpt)
     state["model"] = {  # another model (scaled: tied weights stay tied)
         k: v * 1.05 if v.is_floating_point() else v for k, v in state["model"].items()
@@ -121,6 +122,7 @@ def test_an_ensemble_is_logged_and_served_as_the_models_that_decoded(
     assert isinstance(engine.model, Ensemble) and len(engine.model.members) == 2
     for member, path in zip(engine.model.members, [ckpt, other], strict=True):  # each, in its place
         weights = checkpoint.load(path)["model"]
+        assert weights.keys() <= member.state_dict().keys()
         assert all(torch.equal(v, weights[k]) for k, v in member.state_dict().items() if k in weights)
     lines = ["A man walks in the park.", "Two children play near 5 trees."]
     assert model.predict(lines) == translate_lines(

@@ -37,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)",
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.register and load_params().decode.ensemble:  # before minutes of exporting, not after
+        raise ConfigError("decode.ensemble: --register logs one model, the candidate decodes an ensemble")
     if args.checkpoint is None or args.spm is None:
         params = load_params()
         args.checkpoint = args.checkpoint or Path(params.train.model_file)
@@ -55,7 +57,6 @@ def register(checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
     if not run_id:
         raise ConfigError(f"{params.train.run_id_file}: no MLflow run id (is mlflow.enabled true?)")
     config = params.decode.settings() | {"max_len": params.train.max_len, "compute_type": "int8"}
-    config |= params.serve.model_dump()
     config |= params.serve.model_dump()  # the request limits, as decode logs them
     version = log_translator(run_id, checkpoint, spm, config, params.mlflow.model_name, ct2_dir=ct2_dir)
     print(f"export: MLflow model {params.mlflow.model_name} v{version} (alias ctranslate2)")
