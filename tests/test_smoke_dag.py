@@ -369,7 +369,8 @@ def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke
     copy = tmp_path / "repo"
     shutil.copytree(work, copy, symlinks=True)
     steps = yaml.safe_load((copy / "params.yaml").read_text())["train"]["optim"]["max_steps"]
-    set_recipe_knobs(copy, student_max_steps=steps)  # the smoke budget, not the recipe's
+    # the smoke budget, not the recipe's, and one student (more_students adds the second)
+    set_recipe_knobs(copy, student_max_steps=steps, student_seeds=[], decode_ensemble="")
     ran = repro_recipe(copy, env)
     assert "Running stage 'recipes/distill/dvc.yaml:teacher@3'" in ran and "Running stage 'train'" not in ran
     facts = json.loads((copy / "reports/distill/distill.json").read_text())
