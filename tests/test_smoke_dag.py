@@ -339,6 +339,16 @@ def set_recipe_knobs(work: Path, **knobs) -> None:
     path.write_text(yaml.safe_dump(yaml.safe_load(path.read_text()) | knobs))
 
 
+def without_shadows_up_to_date(copy: Path, env: dict) -> list[Path]:
+    """Remove the trainer's shadow copies (a fresh clone has none) and check nothing is stale;
+    returns the folders removed."""
+    shadows = sorted(copy.glob("models/**/.*.resume"))
+    for folder in shadows:
+        shutil.rmtree(folder)
+    assert stale_stages(copy, env, RECIPE) == set()
+    return shadows
+
+
 def more_students(copy: Path, env: dict) -> None:
     """A student seed trains one more student, beside the first, and decode ensembles the two."""
     set_recipe_knobs(copy, student_seeds=[3], decode_ensemble="models/students/seed3/model.pt")
@@ -354,8 +364,7 @@ def more_students(copy: Path, env: dict) -> None:
     version = mlflow.MlflowClient().get_model_version_by_alias(name, "candidate")
     assert "an ensemble with models/students/seed3/model.pt" in version.description
     assert "Running stage" not in repro_recipe(copy, env)
-    shutil.rmtree(copy / "models/students/.seed3.resume")  # the trainer's; a fresh clone has none
-    assert stale_stages(copy, env, RECIPE) == set()
+    assert copy / "models/students/.seed3.resume" in without_shadows_up_to_date(copy, env)
 
 
 def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke, tmp_path):
@@ -377,11 +386,7 @@ def test_the_distillation_recipe_is_cached_stages_that_name_their_teachers(smoke
     assert list(facts["teacher"]) == ["models/transformer/model.pt", "models/teachers/seed3/model.pt"]
     assert facts["pairs_out"] > facts["pairs_in"] and (copy / "reports/distill/val.json").is_file()
     assert "Running stage" not in repro_recipe(copy, env)
-    shadows = sorted(copy.glob("models/**/.*.resume"))  # the trainer's; a fresh clone has none
-    assert copy / "models/teachers/.seed3.resume" in shadows
-    for folder in shadows:
-        shutil.rmtree(folder)
-    assert stale_stages(copy, env, RECIPE) == set()
+    assert copy / "models/teachers/.seed3.resume" in without_shadows_up_to_date(copy, env)
     set_recipe_knobs(copy, student_max_steps=steps + 20)
     assert stale_stages(copy, env, RECIPE) == {f"{RECIPE}:student"}
     set_recipe_knobs(copy, student_max_steps=steps, decode_ensemble="models/transformer/model.pt")
