@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.core.config import Params
 from pipeline.core.errors import ConfigError, run_main
 from pipeline.core.params_file import load_params
 from pipeline.core.run_id import read_run_id
@@ -37,22 +38,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="log it as an MLflow model of the train run (alias `ctranslate2`, int8)",
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.register and load_params().decode.ensemble:  # before minutes of exporting, not after
+    # params.yaml is read only when needed: with --checkpoint and --spm, an export needs none
+    params = load_params() if args.register or args.checkpoint is None or args.spm is None else None
+    if args.register and params.decode.ensemble:  # before minutes of exporting, not after
         raise ConfigError("decode.ensemble: --register logs one model, the candidate decodes an ensemble")
-    if args.checkpoint is None or args.spm is None:
-        params = load_params()
-        args.checkpoint = args.checkpoint or Path(params.train.model_file)
-        args.spm = args.spm or model_file(params.tokenizer.out_dir)
+    args.checkpoint = args.checkpoint or Path(params.train.model_file)
+    args.spm = args.spm or model_file(params.tokenizer.out_dir)
     loaded = load_translator(args.checkpoint, args.spm)  # checked against the tokenizer
     out = export_ctranslate2(loaded.model, loaded.tokenizer, args.out)
     print(f"export: wrote {out} (CTranslate2, fp32; choose int8 with compute_type when loading)")
     if args.register:
-        register(args.checkpoint, args.spm, out)
+        register(params, args.checkpoint, args.spm, out)
 
 
-def register(checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
-    """Log the CTranslate2 export as a pyfunc version of the train stage's MLflow run (params.yaml)."""
-    params = load_params()
+def register(params: Params, checkpoint: Path, spm: Path, ct2_dir: Path) -> None:
+    """Log the CTranslate2 export as a pyfunc version of the train stage's MLflow run (`params`:
+    params.yaml's).
+
+    Raises:
+        ConfigError: the train stage recorded no MLflow run id.
+    """
     run_id = read_run_id(Path(params.train.run_id_file))
     if not run_id:
         raise ConfigError(f"{params.train.run_id_file}: no MLflow run id (is mlflow.enabled true?)")
